@@ -1,0 +1,25 @@
+# One image for every role of distributed mode: web (daphne), worker (celery), migrate.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY openworker ./openworker
+COPY providers ./providers
+COPY sessions ./sessions
+RUN pip install .
+COPY . .
+RUN useradd --create-home --uid 10001 openworker \
+    && mkdir -p /app/.state \
+    && chown -R openworker /app/.state
+USER openworker
+
+# collectstatic needs settings to load: throwaway values that exist only in this layer.
+RUN SECRET_KEY=build-only OPENWORKER_ENCRYPTION_KEYS=YnVpbGQtb25seS1rZXktbm90LXVzZWQtYXQtcnVudG0= \
+    DEBUG=0 python manage.py collectstatic --noinput
+
+EXPOSE 8000
+CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "openworker.asgi:application"]

@@ -1,0 +1,7 @@
+"""OpenWorker: the Django project and the agent runtime."""
+
+from __future__ import annotations
+
+from .celery import app as celery_app
+
+__all__ = ["celery_app"]

@@ -1,0 +1,31 @@
+"""ASGI entry point: HTTP to Django, websockets through origin and auth checks.
+
+`AllowedHostsOriginValidator` refuses a socket whose Origin is not one of ALLOWED_HOSTS
+(cross-site websocket hijacking); `AuthMiddlewareStack` resolves the signed-in user
+from the session cookie; consumers close anonymous sockets themselves.
+"""
+
+from __future__ import annotations
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "openworker.settings")
+# Django must be set up before anything imports models (the consumers do).
+django_asgi_app = get_asgi_application()
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+
+from sessions.routing import websocket_urlpatterns  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        ),
+    }
+)

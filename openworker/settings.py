@@ -1,0 +1,219 @@
+"""OpenWorker settings: one module, two run modes chosen by the environment.
+
+- Embedded (no DATABASE_URL / REDIS_URL): SQLite, in-memory channel layer, turns run as
+  asyncio tasks inside the Daphne process; dev secrets generated once into `.state/`.
+- Distributed (DATABASE_URL and REDIS_URL set): PostgreSQL (psycopg 3), Redis channel
+  layer, Celery workers on Redis running turns.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from openworker.env import envbool, envfloat, envint, envlist, envstr
+from openworker.state import dev_encryption_key, dev_secret_key, state_dir
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DATABASE_URL = envstr("DATABASE_URL")
+REDIS_URL = envstr("REDIS_URL")
+if bool(DATABASE_URL) != bool(REDIS_URL):
+    raise ImproperlyConfigured(
+        "Distributed mode needs both DATABASE_URL and REDIS_URL; embedded mode needs neither."
+    )
+DISTRIBUTED = bool(DATABASE_URL and REDIS_URL)
+RUN_MODE = "distributed" if DISTRIBUTED else "embedded"
+
+# Embedded mode is a developer's laptop; distributed mode is a deployment.
+DEBUG = envbool("DEBUG", default=not DISTRIBUTED)
+
+SECRET_KEY = envstr("SECRET_KEY")
+# Fernet keys, newest first: the first encrypts, all decrypt (rotation, see rotate_keys).
+ENCRYPTION_KEYS = envlist("OPENWORKER_ENCRYPTION_KEYS")
+if not DEBUG:
+    if not SECRET_KEY:
+        raise ImproperlyConfigured("SECRET_KEY must be set in the environment when DEBUG is off.")
+    if not ENCRYPTION_KEYS:
+        raise ImproperlyConfigured(
+            "OPENWORKER_ENCRYPTION_KEYS must be set in the environment when DEBUG is off."
+        )
+else:
+    _state = state_dir(BASE_DIR)
+    SECRET_KEY = SECRET_KEY or dev_secret_key(_state)
+    ENCRYPTION_KEYS = ENCRYPTION_KEYS or [dev_encryption_key(_state)]
+
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "sessions.apps.ChatSessionsConfig",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "openworker.middleware.ContentSecurityPolicyMiddleware",
+]
+
+ROOT_URLCONF = "openworker.urls"
+ASGI_APPLICATION = "openworker.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+if DISTRIBUTED:
+    DATABASES = {
+        "default": dj_database_url.parse(
+            DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 60), conn_health_checks=True
+        )
+    }
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": envstr("SQLITE_PATH") or str(BASE_DIR / ".state" / "db.sqlite3"),
+            # Daphne and the turn tasks write concurrently: wait for the lock rather than
+            # failing with "database is locked".
+            "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
+        }
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(envstr("STATIC_ROOT") or BASE_DIR / ".state" / "staticfiles")
+MEDIA_ROOT = Path(envstr("MEDIA_ROOT") or BASE_DIR / ".state" / "media")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "django.contrib.staticfiles.storage.StaticFilesStorage"
+            if DEBUG
+            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        )
+    },
+}
+# Serve straight from the finders in DEBUG so `make run` needs no collectstatic.
+WHITENOISE_USE_FINDERS = DEBUG
+WHITENOISE_AUTOREFRESH = DEBUG
+
+# --- Channels -------------------------------------------------------------------------
+if DISTRIBUTED:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                "hosts": [REDIS_URL],
+                "prefix": envstr("CHANNELS_PREFIX", "openworker"),
+                # A browser that stops reading must not stall the publisher for long.
+                "capacity": envint("CHANNELS_CAPACITY", 1500),
+                "expiry": 60,
+            },
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# --- Celery ---------------------------------------------------------------------------
+# Turns are long and I/O bound (minutes of streaming from an LLM): a threads pool, one
+# task prefetched at a time, acknowledged only once finished so a dead worker's turn is
+# redelivered (the engine's lease makes redelivery safe).
+TURN_TIME_LIMIT_SECONDS = envint("TURN_TIME_LIMIT_SECONDS", 1800, minimum=60)
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_TASK_ALWAYS_EAGER = not DISTRIBUTED
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_WORKER_POOL = "threads"
+CELERY_WORKER_CONCURRENCY = envint("CELERY_WORKER_CONCURRENCY", 32, minimum=1)
+CELERY_TASK_TIME_LIMIT = TURN_TIME_LIMIT_SECONDS
+CELERY_TASK_SOFT_TIME_LIMIT = TURN_TIME_LIMIT_SECONDS - 30
+# Must exceed the task time limit, or Redis redelivers a turn that is still running.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": TURN_TIME_LIMIT_SECONDS + 600}
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_ROUTES = {"sessions.tasks.run_turn_task": {"queue": "turns"}}
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Keys and transcripts never ride in task arguments; JSON only, never pickle.
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+
+# --- Provider layer -------------------------------------------------------------------
+OUTBOUND_ALLOWLIST = envlist("OPENWORKER_OUTBOUND_ALLOWLIST")
+PROVIDER_CONNECT_TIMEOUT = envfloat("PROVIDER_CONNECT_TIMEOUT", 10.0)
+PROVIDER_READ_TIMEOUT = envfloat("PROVIDER_READ_TIMEOUT", 120.0)
+
+# --- Security -------------------------------------------------------------------------
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_AGE = envint("SESSION_COOKIE_AGE", 14 * 24 * 3600, minimum=300)
+CSRF_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+if not DEBUG:
+    SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", True)
+    SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", True)
+    CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", True)
+    SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", True)
+    if envbool("BEHIND_TLS_PROXY", False):
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SILENCED_SYSTEM_CHECKS: list[str] = []
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
+    # httpx logs every request URL at INFO; keep it quiet, URLs can carry query keys.
+    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
+}

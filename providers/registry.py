@@ -1,0 +1,148 @@
+"""Provider descriptors: which wire API a provider speaks and its vendor quirks.
+
+Declarations over code: adding an OpenAI-compatible vendor is one `ProviderDescriptor`
+here, not a branch in the streaming code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Wire APIs a descriptor can name.
+OPENAI_COMPLETIONS = "openai-completions"
+OPENAI_RESPONSES = "openai-responses"
+ANTHROPIC_MESSAGES = "anthropic-messages"
+GEMINI = "gemini"
+BEDROCK_CONVERSE = "bedrock-converse"
+
+
+@dataclass(frozen=True)
+class CompatFlags:
+    """Differences between OpenAI-compatible Chat Completions vendors."""
+
+    # Send the system prompt as a `developer` message instead of `system`.
+    developer_role: bool = False
+    # Field that caps the reply length: OpenAI's current name or the legacy one.
+    max_tokens_field: str = "max_tokens"
+    # Whether `stream_options: {"include_usage": true}` is accepted (usage in the stream).
+    usage_in_stream: bool = True
+    # Where streamed/returned reasoning text lives on the delta/message, if anywhere.
+    reasoning_field: str | None = None
+    # Tool-result messages must carry the function `name` too.
+    tool_result_name: bool = False
+    # Function definitions accept `strict`.
+    strict_tools: bool = True
+
+
+@dataclass(frozen=True)
+class ProviderDescriptor:
+    name: str
+    api: str
+    default_base_url: str
+    # "bearer" (Authorization: Bearer), "x-api-key" (Anthropic), "none", and later
+    # "x-goog-api-key" / "sigv4" for the APIs that use them.
+    auth: str = "bearer"
+    requires_key: bool = True
+    compat: CompatFlags = field(default_factory=CompatFlags)
+    label: str = ""
+
+
+_DESCRIPTORS: dict[str, ProviderDescriptor] = {}
+
+
+def register(descriptor: ProviderDescriptor) -> ProviderDescriptor:
+    _DESCRIPTORS[descriptor.name] = descriptor
+    return descriptor
+
+
+def get_descriptor(name: str) -> ProviderDescriptor | None:
+    return _DESCRIPTORS.get(name)
+
+
+def provider_names() -> list[str]:
+    return sorted(_DESCRIPTORS)
+
+
+register(
+    ProviderDescriptor(
+        name="openai",
+        label="OpenAI",
+        api=OPENAI_COMPLETIONS,
+        default_base_url="https://api.openai.com/v1",
+        compat=CompatFlags(developer_role=True, max_tokens_field="max_completion_tokens"),
+    )
+)
+register(
+    ProviderDescriptor(
+        name="anthropic",
+        label="Anthropic",
+        api=ANTHROPIC_MESSAGES,
+        default_base_url="https://api.anthropic.com",
+        auth="x-api-key",
+    )
+)
+register(
+    ProviderDescriptor(
+        name="ollama",
+        label="Ollama",
+        api=OPENAI_COMPLETIONS,
+        default_base_url="http://localhost:11434/v1",
+        auth="none",
+        requires_key=False,
+        compat=CompatFlags(reasoning_field="reasoning", strict_tools=False),
+    )
+)
+register(
+    ProviderDescriptor(
+        name="deepseek",
+        label="DeepSeek",
+        api=OPENAI_COMPLETIONS,
+        default_base_url="https://api.deepseek.com/v1",
+        compat=CompatFlags(reasoning_field="reasoning_content", strict_tools=False),
+    )
+)
+register(
+    ProviderDescriptor(
+        name="together",
+        label="Together AI",
+        api=OPENAI_COMPLETIONS,
+        default_base_url="https://api.together.xyz/v1",
+        compat=CompatFlags(reasoning_field="reasoning", strict_tools=False),
+    )
+)
+register(
+    ProviderDescriptor(
+        name="groq",
+        label="Groq",
+        api=OPENAI_COMPLETIONS,
+        default_base_url="https://api.groq.com/openai/v1",
+        compat=CompatFlags(reasoning_field="reasoning", strict_tools=False),
+    )
+)
+register(
+    ProviderDescriptor(
+        name="openrouter",
+        label="OpenRouter",
+        api=OPENAI_COMPLETIONS,
+        default_base_url="https://openrouter.ai/api/v1",
+        compat=CompatFlags(reasoning_field="reasoning", strict_tools=False),
+    )
+)
+register(
+    ProviderDescriptor(
+        name="mistral",
+        label="Mistral",
+        api=OPENAI_COMPLETIONS,
+        default_base_url="https://api.mistral.ai/v1",
+        compat=CompatFlags(tool_result_name=True, strict_tools=False),
+    )
+)
+register(
+    ProviderDescriptor(
+        name="xai",
+        label="xAI",
+        api=OPENAI_COMPLETIONS,
+        default_base_url="https://api.x.ai/v1",
+        compat=CompatFlags(reasoning_field="reasoning_content"),
+    )
+)

@@ -1,0 +1,31 @@
+"""Publishing session events to the channel layer.
+
+Events are small JSON dicts with a `type`; they travel to every socket of the session
+through one channel-layer group. Publish only after the transaction that made the event
+true has committed (`transaction.on_commit`), so a browser never sees a message the
+database does not have.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+# Consumers join this group; the handler name is the `type` of the channel message.
+GROUP_MESSAGE_TYPE = "session.event"
+
+
+def session_group(session_id: object) -> str:
+    # Group names allow only ASCII alphanumerics, hyphens, underscores and periods.
+    return f"session.{session_id}"
+
+
+async def apublish(session_id: object, event: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    await layer.group_send(session_group(session_id), {"type": GROUP_MESSAGE_TYPE, "event": event})
+
+
+def publish(session_id: object, event: dict[str, Any]) -> None:
+    async_to_sync(apublish)(session_id, event)

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import connection
+
+from tests.support import procs
+
+
+@pytest.fixture
+def owner(db):  # type: ignore[no-untyped-def]
+    return get_user_model().objects.create_user("alice", password="alice-pass-123")
+
+
+@pytest.fixture
+def teammate(db):  # type: ignore[no-untyped-def]
+    return get_user_model().objects.create_user("bob", password="bob-pass-123")
+
+
+@pytest.fixture
+def require_distributed() -> None:
+    if not settings.DISTRIBUTED:
+        pytest.fail("distributed tests need DATABASE_URL and REDIS_URL (see `make test`)")
+
+
+@pytest.fixture(scope="module")
+def distributed_env(django_db_setup, django_db_blocker) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """Environment for Daphne/Celery processes sharing the test database and Redis."""
+    if not settings.DISTRIBUTED:
+        pytest.fail("distributed tests need DATABASE_URL and REDIS_URL (see `make test`)")
+    with django_db_blocker.unblock():
+        url = procs.database_url_for(connection.settings_dict)
+    return {"DATABASE_URL": url, "REDIS_URL": settings.REDIS_URL}
+
+
+@pytest.fixture(scope="module")
+def daphne_server(distributed_env: dict[str, str]) -> Iterator[str]:
+    with procs.daphne(distributed_env) as base_url:
+        yield base_url
+
+
+@pytest.fixture(scope="module")
+def celery_worker(distributed_env: dict[str, str]) -> Iterator[procs.Proc]:
+    with procs.celery_worker(distributed_env) as proc:
+        yield proc
