@@ -7,7 +7,9 @@ from the session cookie; consumers close anonymous sockets themselves.
 
 from __future__ import annotations
 
+import asyncio
 import os
+from typing import Any
 
 from django.core.asgi import get_asgi_application
 
@@ -18,14 +20,35 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
 
+from openworker import watchdog  # noqa: E402
+from openworker.runner import embedded_runner  # noqa: E402
 from sessions.routing import websocket_urlpatterns  # noqa: E402
 
-application = ProtocolTypeRouter(
-    {
-        "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
-    }
+
+class RuntimeBinder:
+    """Binds the server's event loop for the parts that live in it: embedded turns run
+    on it, and the lease sweeper starts once per loop (every Daphne process)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        embedded_runner.bind(loop)
+        if settings.LEASE_SWEEPER:
+            watchdog.start_in_loop(loop)
+        return await self.app(scope, receive, send)
+
+
+application = RuntimeBinder(
+    ProtocolTypeRouter(
+        {
+            "http": django_asgi_app,
+            "websocket": AllowedHostsOriginValidator(
+                AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+            ),
+        }
+    )
 )

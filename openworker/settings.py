@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "providers.apps.ProvidersConfig",
     "sessions.apps.ChatSessionsConfig",
 ]
 
@@ -184,6 +185,17 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 
+# --- Agent runtime --------------------------------------------------------------------
+DEFAULT_MODEL = envstr("OPENWORKER_DEFAULT_MODEL", "anthropic:claude-sonnet-4-5")
+TURN_MAX_STEPS = envint("TURN_MAX_STEPS", 25, minimum=1)
+MAX_CONCURRENT_TURNS_PER_USER = envint("MAX_CONCURRENT_TURNS_PER_USER", 3, minimum=1)
+# Each Daphne process sweeps expired turn leases; tests drive the sweep by hand.
+LEASE_SWEEPER = envbool("OPENWORKER_LEASE_SWEEPER", True)
+MAX_MESSAGE_CHARS = envint("MAX_MESSAGE_CHARS", 32_000, minimum=100)
+MAX_ATTACHMENTS_PER_MESSAGE = envint("MAX_ATTACHMENTS_PER_MESSAGE", 10, minimum=1)
+# Deltas are coalesced into one socket frame per this many seconds (not one per token).
+STREAM_COALESCE_SECONDS = envfloat("STREAM_COALESCE_SECONDS", 0.04)
+
 # --- Provider layer -------------------------------------------------------------------
 OUTBOUND_ALLOWLIST = envlist("OPENWORKER_OUTBOUND_ALLOWLIST")
 PROVIDER_CONNECT_TIMEOUT = envfloat("PROVIDER_CONNECT_TIMEOUT", 10.0)
@@ -217,3 +229,6 @@ LOGGING = {
     # httpx logs every request URL at INFO; keep it quiet, URLs can carry query keys.
     "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
 }
+
+# The provider a bare model id (no `provider:` prefix) goes to.
+DEFAULT_PROVIDER = envstr("OPENWORKER_DEFAULT_PROVIDER", "openai")

@@ -1,22 +1,32 @@
-"""The websocket of one chat session: `/ws/sessions/<id>/`.
+"""The websocket of one chat session: `/ws/sessions/<id>/` (protocol: docs/PROTOCOL.md).
 
 Only the signed-in owner may connect; anyone else is closed before `accept()` so not
-even the existence of the session leaks. Server events come from the session's
-channel-layer group (see `sessions.events`).
+even the existence of the session leaks. Every client message is checked again against
+the owner. Server events come from the session's channel-layer group; events of a turn
+carry `turn` and a per-turn `seq`, and this consumer guarantees that one socket sees each
+(turn, seq) at most once and without gaps: a missing range is filled from the turn's
+replay buffer before the next live event is forwarded.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
+from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from sessions import events, selectors
+from openworker.replay import get_replay_buffer
+from sessions import events, selectors, services
 
 # Application close codes (4000-4999 are ours): the page reacts to each differently.
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
+CLOSE_TOO_BIG = 4413
+CLOSE_BAD_MESSAGE = 4400
+# A chat message is text plus attachment ids; anything bigger is not a client of ours.
+MAX_FRAME_BYTES = 64 * 1024
 
 
 class SessionConsumer(AsyncJsonWebsocketConsumer):
@@ -32,20 +42,179 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         if session is None:
             await self.close(code=CLOSE_NOT_FOUND)
             return
+        self.session = session
         self.session_id = str(session.pk)
+        self.user = user
+        # (turn id → last seq this socket has) from `?resume=<turn>:<seq>,...`.
+        self.sent: dict[str, int] = _parse_resume(self.scope.get("query_string", b""))
         self.group = events.session_group(self.session_id)
+        # Join before replaying: nothing published from now on can be missed.
         await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.channel_layer.group_add(events.user_group(user.pk), self.channel_name)
         await self.accept()
-        await self.send_json({"type": "hello", "session": self.session_id})
+        turns = await database_sync_to_async(_active_turn_states)(session)
+        await self.send_json({"type": "hello", "session": self.session_id, "turns": turns})
+        for state in turns:
+            await self._fill(state["turn"])
 
     async def disconnect(self, code: int) -> None:
         group = getattr(self, "group", None)
         if group:
             await self.channel_layer.group_discard(group, self.channel_name)
+            await self.channel_layer.group_discard(
+                events.user_group(self.user.pk), self.channel_name
+            )
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        size = len(text_data.encode()) if text_data is not None else len(bytes_data or b"")
+        if size > MAX_FRAME_BYTES:
+            await self.close(code=CLOSE_TOO_BIG)
+            return
+        if text_data is None:
+            await self.close(code=CLOSE_BAD_MESSAGE)
+            return
+        try:
+            content = json.loads(text_data)
+        except ValueError:
+            await self._error("Messages must be JSON.")
+            return
+        await self.receive_json(content)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        # The client protocol (send, stop, approve, resume) arrives with the turn engine.
-        await self.send_json({"type": "error", "error": "unsupported message"})
+        if not isinstance(content, dict) or not isinstance(content.get("type"), str):
+            await self._error("Every message needs a type.")
+            return
+        handler = {
+            "send": self._on_send,
+            "stop": self._on_stop,
+            "approve": self._on_decide,
+            "deny": self._on_decide,
+            "resume": self._on_resume,
+            "retry": self._on_retry,
+        }.get(content["type"])
+        if handler is None:
+            await self._error(f"Unknown message type {content['type'][:40]!r}.")
+            return
+        try:
+            await handler(content)
+        except services.TurnRefused as exc:
+            await self._error(str(exc))
+
+    # --- client messages ---------------------------------------------------------------
+
+    async def _on_send(self, content: dict[str, Any]) -> None:
+        text = content.get("text", "")
+        attachment_ids = content.get("attachments") or []
+        model = content.get("model")
+        if (
+            not isinstance(text, str)
+            or not isinstance(attachment_ids, list)
+            or not all(isinstance(a, str) for a in attachment_ids)
+            or (model is not None and not isinstance(model, str))
+        ):
+            await self._error("send takes text (string), attachments (ids) and model (string).")
+            return
+        await database_sync_to_async(services.turn_send)(
+            session=self.session,
+            user=self.user,
+            text=text,
+            attachment_ids=attachment_ids,
+            model=model,
+        )
+
+    async def _on_stop(self, content: dict[str, Any]) -> None:
+        turn = await self._turn(content)
+        if turn is not None:
+            await database_sync_to_async(services.turn_request_stop)(turn=turn)
+
+    async def _on_decide(self, content: dict[str, Any]) -> None:
+        turn = await self._turn(content)
+        call_id = content.get("call_id")
+        if turn is None or not isinstance(call_id, str):
+            await self._error("approve/deny take turn and call_id.")
+            return
+        await database_sync_to_async(services.turn_decide_tool)(
+            turn=turn, call_id=call_id, approved=content["type"] == "approve"
+        )
+
+    async def _on_retry(self, content: dict[str, Any]) -> None:
+        turn = await self._turn(content)
+        if turn is not None:
+            await database_sync_to_async(services.turn_retry)(turn=turn)
+
+    async def _on_resume(self, content: dict[str, Any]) -> None:
+        turn = await self._turn(content)
+        after = content.get("after", 0)
+        if turn is None or not isinstance(after, int) or after < 0:
+            await self._error("resume takes turn and after (a sequence number).")
+            return
+        turn_id = str(turn.pk)
+        self.sent[turn_id] = max(self.sent.get(turn_id, 0), after)
+        await self._fill(turn_id)
+
+    async def _turn(self, content: dict[str, Any]) -> Any:
+        turn = await database_sync_to_async(selectors.turn_get_for_session)(
+            session=self.session, turn_id=content.get("turn")
+        )
+        if turn is None:
+            await self._error("Unknown turn.")
+        return turn
+
+    async def _error(self, message: str) -> None:
+        await self.send_json({"type": "error", "error": message})
+
+    # --- server events -----------------------------------------------------------------
 
     async def session_event(self, message: dict[str, Any]) -> None:
-        await self.send_json(message["event"])
+        event = message["event"]
+        turn_id = event.get("turn")
+        seq = event.get("seq")
+        if not turn_id or not isinstance(seq, int):
+            await self.send_json(event)
+            return
+        last = self.sent.get(turn_id, 0)
+        if seq <= last:
+            return  # already sent (replayed before it arrived live)
+        if seq > last + 1:
+            await self._fill(turn_id)
+            if seq <= self.sent.get(turn_id, 0):
+                return
+        await self.send_json(event)
+        self.sent[turn_id] = seq
+
+    async def user_event(self, message: dict[str, Any]) -> None:
+        """Account-wide notices (signed out elsewhere, deactivated): close the socket."""
+        if message["event"].get("type") == "account.closed":
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+
+    async def _fill(self, turn_id: str) -> None:
+        last = self.sent.get(turn_id, 0)
+        try:
+            missed = await get_replay_buffer().read_after(turn_id, last)
+        except Exception:
+            return  # the transcript stays authoritative; the page reloads it
+        for event in missed:
+            if event["seq"] > self.sent.get(turn_id, 0):
+                await self.send_json(event)
+                self.sent[turn_id] = event["seq"]
+
+
+def _active_turn_states(session: Any) -> list[dict[str, Any]]:
+    states = []
+    for turn in selectors.active_turns(session=session):
+        state: dict[str, Any] = {"turn": str(turn.pk), "status": turn.status, "model": turn.model}
+        if turn.status == turn.Status.AWAITING_APPROVAL:
+            state["pending"] = services.turn_pending_calls(turn=turn)
+        states.append(state)
+    return states
+
+
+def _parse_resume(query_string: bytes) -> dict[str, int]:
+    out: dict[str, int] = {}
+    values = parse_qs(query_string.decode("latin-1")).get("resume", [])
+    for value in values:
+        for item in value.split(","):
+            turn, _, seq = item.partition(":")
+            if turn and seq.isdigit() and len(turn) <= 64:
+                out[turn] = int(seq)
+    return out

@@ -29,3 +29,20 @@ async def apublish(session_id: object, event: dict[str, Any]) -> None:
 
 def publish(session_id: object, event: dict[str, Any]) -> None:
     async_to_sync(apublish)(session_id, event)
+
+
+def user_group(user_id: object) -> str:
+    """Every socket of one user (closing them on sign-out or deactivation)."""
+    return f"user.{user_id}"
+
+
+USER_MESSAGE_TYPE = "user.event"
+
+
+async def apublish_user(user_id: object, event: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    await layer.group_send(user_group(user_id), {"type": USER_MESSAGE_TYPE, "event": event})
+
+
+def publish_user(user_id: object, event: dict[str, Any]) -> None:
+    async_to_sync(apublish_user)(user_id, event)

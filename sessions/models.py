@@ -1,4 +1,9 @@
-"""The product's data: chat sessions and (as the turn engine lands) their transcripts."""
+"""The product's data: chat sessions, their canonical transcripts, turns and attachments.
+
+The transcript is append-only: one `Message` row per canonical message, ordered by a
+per-session sequence number. Compaction, degradation and cache marks act on the outbound
+copy only; nothing here is ever rewritten for a model.
+"""
 
 from __future__ import annotations
 
@@ -20,10 +25,157 @@ class Session(models.Model):
     model = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    archived = models.BooleanField(default=False)
+    # Next per-session message sequence number; bumped under a row lock.
+    next_seq = models.PositiveIntegerField(default=1)
+    # Outbound-only compaction state (openworker.compaction.CompactionState.to_dict()).
+    compaction_state = models.JSONField(null=True, blank=True)
+    # Prompt-side tokens of the latest model call: the context meter and compaction signal.
+    last_context_tokens = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["-updated_at"]
         indexes = [models.Index(fields=["owner", "-updated_at"], name="session_owner_recent")]
 
     def __str__(self) -> str:
-        return self.title or f"Session {self.id}"
+        return self.title or f"Session {str(self.id)[:8]}"
+
+
+class Turn(models.Model):
+    """One user request and everything the agent did to answer it (possibly many steps)."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        AWAITING_APPROVAL = "awaiting_approval"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+        INTERRUPTED = "interrupted"
+
+    ACTIVE = (Status.QUEUED, Status.RUNNING, Status.AWAITING_APPROVAL)
+    TERMINAL = (Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.INTERRUPTED)
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="turns")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
+    model = models.CharField(max_length=200)
+    # Provider error kind (providers.errors: "rate_limited", "no_access", ...) and its
+    # plain-words message; never the upstream's raw body (it may echo request data).
+    error_kind = models.CharField(max_length=40, blank=True)
+    error = models.TextField(blank=True)
+    # The lease: whoever runs the turn refreshes heartbeat_at; a stale heartbeat on a
+    # running turn means its worker died.
+    lease_owner = models.CharField(max_length=200, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    # What the current step has streamed so far, flushed about every second.
+    partial_text = models.TextField(blank=True)
+    partial_reasoning = models.TextField(blank=True)
+    steps = models.PositiveIntegerField(default=0)
+    attempts = models.PositiveIntegerField(default=0)
+    # Tool-call approvals: {call_id: "approved" | "denied"} for calls whose policy is "ask".
+    approvals = models.JSONField(default=dict, blank=True)
+    usage = models.JSONField(null=True, blank=True)
+    cost = models.DecimalField(max_digits=14, decimal_places=6, null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        indexes = [
+            models.Index(fields=["session", "created_at"], name="turn_session_created"),
+            models.Index(fields=["status", "heartbeat_at"], name="turn_status_heartbeat"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Turn {str(self.id)[:8]} ({self.status})"
+
+
+class Message(models.Model):
+    """One canonical message (DESIGN.md "Canonical messages")."""
+
+    class Role(models.TextChoices):
+        SYSTEM = "system"
+        USER = "user"
+        ASSISTANT = "assistant"
+        TOOL = "tool"
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="messages")
+    seq = models.PositiveIntegerField()
+    turn = models.ForeignKey(
+        Turn, on_delete=models.SET_NULL, null=True, blank=True, related_name="messages"
+    )
+    role = models.CharField(max_length=10, choices=Role.choices)
+    # A string or a list of parts ({"type": "text"|"image_url"|"file", ...}).
+    content = models.JSONField(default=str, blank=True)
+    tool_calls = models.JSONField(null=True, blank=True)
+    tool_call_id = models.CharField(max_length=200, blank=True)
+    reasoning = models.TextField(blank=True)
+    extras = models.JSONField(null=True, blank=True)
+    usage = models.JSONField(null=True, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    finish_reason = models.CharField(max_length=40, blank=True)
+    # Idempotency: a redelivered or retried turn never writes the same step twice.
+    # NULL, not "": rows without a key must not collide under the unique constraint.
+    dedupe_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "seq"], name="message_session_seq"),
+            models.UniqueConstraint(
+                fields=["session", "dedupe_key"], name="message_session_dedupe"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role} #{self.seq}"
+
+    def to_canonical(self) -> dict:
+        """The canonical dict the engine and exports use."""
+        out: dict = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = self.tool_calls
+        if self.tool_call_id:
+            out["tool_call_id"] = self.tool_call_id
+        if self.reasoning:
+            out["reasoning"] = self.reasoning
+        if self.extras:
+            out["extras"] = self.extras
+        if self.usage:
+            out["usage"] = self.usage
+        return out
+
+
+def attachment_path(instance: Attachment, filename: str) -> str:
+    # Content-addressed per owner: the original name lives in the row, never in the path.
+    return f"attachments/{instance.owner_id}/{instance.sha256}"
+
+
+class Attachment(models.Model):
+    """An uploaded image or PDF, referenced from message parts by id."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="attachments"
+    )
+    session = models.ForeignKey(
+        Session, on_delete=models.CASCADE, null=True, blank=True, related_name="attachments"
+    )
+    file = models.FileField(upload_to=attachment_path, max_length=300)
+    name = models.CharField(max_length=255)
+    mime = models.CharField(max_length=100)
+    size = models.PositiveIntegerField()
+    sha256 = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "sha256"], name="attachment_owner_sha256")
+        ]
+
+    def __str__(self) -> str:
+        return self.name

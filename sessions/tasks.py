@@ -4,13 +4,31 @@ from __future__ import annotations
 
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from celery import shared_task
+from celery.signals import worker_ready
 
 from sessions import events
 
 
 @shared_task(name="sessions.tasks.publish_session_event", acks_late=True, ignore_result=True)
 def publish_session_event(session_id: str, event: dict[str, Any]) -> None:
-    """Deliver a small notice (e.g. a session renamed by a background job) to the
-    session's open sockets. Carries ids and display data only, never secrets."""
+    """Deliver a small notice to the session's open sockets. Ids and display data only."""
     events.publish(session_id, event)
+
+
+# No automatic retries: a turn is retried by its user (or resumed after approval) as a new
+# task. acks_late + reject_on_worker_lost redeliver a task whose worker died; the engine's
+# lease makes that redelivery a no-op once the sweeper marked the turn interrupted.
+@shared_task(name="sessions.tasks.run_turn_task", acks_late=True, ignore_result=True, max_retries=0)
+def run_turn_task(turn_id: str) -> None:
+    from openworker.engine import run_turn
+
+    async_to_sync(run_turn)(turn_id)
+
+
+@worker_ready.connect
+def _start_lease_sweeper(**_: Any) -> None:
+    from openworker.watchdog import start_thread
+
+    start_thread()

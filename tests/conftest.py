@@ -7,6 +7,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
 
+from tests.fakes.fixtures import anthropic_fake, openai_fake  # noqa: F401
 from tests.support import procs
 
 
@@ -46,3 +47,11 @@ def daphne_server(distributed_env: dict[str, str]) -> Iterator[str]:
 def celery_worker(distributed_env: dict[str, str]) -> Iterator[procs.Proc]:
     with procs.celery_worker(distributed_env) as proc:
         yield proc
+
+
+@pytest.fixture(autouse=True)
+def _no_background_sweeper(request):  # type: ignore[no-untyped-def]
+    """In-process tests drive `watchdog.sweep_once()` themselves."""
+    if not request.config.pluginmanager.hasplugin("django"):
+        return
+    request.getfixturevalue("settings").LEASE_SWEEPER = False

@@ -38,7 +38,8 @@ async def test_owner_receives_an_event_published_from_an_asyncio_task(owner):
     cookie = await sync_to_async(cookie_for)(owner)
     ws, connected, _ = await connect(f"/ws/sessions/{session.pk}/", ORIGIN, (b"cookie", cookie))
     assert connected
-    assert await ws.receive_json_from(timeout=5) == {"type": "hello", "session": str(session.pk)}
+    hello = await ws.receive_json_from(timeout=5)
+    assert hello == {"type": "hello", "session": str(session.pk), "turns": []}
 
     task = asyncio.create_task(
         events.apublish(session.pk, {"type": "notice", "text": "from a task"})

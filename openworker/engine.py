@@ -1,0 +1,465 @@
+"""The turn engine: `run_turn(turn_id)`, the agent loop the runtime owns.
+
+One coroutine for both run modes. It claims the turn's lease, then loops: load the
+canonical history, build the outbound view for the active model, call the provider's
+blocking `stream()` off the event loop, publish coalesced deltas, persist the assistant
+message when it completes, run the tool calls (pausing for approval where a tool's
+policy is `ask`), until the model answers without tool calls or the step limit is hit.
+
+Faults: a heartbeat renews the lease every second and carries the partial text; losing
+the lease stops the turn silently (someone else decided its fate); Stop cancels the
+upstream request through the `CancelToken` and keeps what was streamed; provider errors
+end the turn failed with the friendly message. Every write is idempotent per step, so a
+retried or redelivered turn never duplicates a message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from openworker import history as outbound_history
+from openworker.replay import get_replay_buffer
+from openworker.runner import register_local, unregister_local
+from openworker.streaming import TurnEmitter
+from openworker.tools.base import ToolContext, ToolResult
+from openworker.tools.registry import ToolRegistry, default_registry
+from providers.base import ProviderClient
+from providers.cancel import CancelToken
+from providers.errors import ProviderError, RequestCancelled
+from providers.outbound import OutboundPolicy
+from providers.types import AssistantTurn, StreamChunk, TokenUsage, ToolCall
+from sessions import selectors, services
+from sessions.models import Message, Turn
+
+logger = logging.getLogger(__name__)
+
+HEARTBEAT_SECONDS = 1.0
+# Provider streams are blocking (seed 000): each runs in a thread of this pool while the
+# event loop stays free. Sized for many concurrent streaming turns, not CPU.
+_PROVIDER_POOL = ThreadPoolExecutor(max_workers=256, thread_name_prefix="provider-stream")
+
+ProviderFactory = Callable[[int], ProviderClient]
+
+
+class LeaseLost(Exception):
+    """The turn is no longer ours (swept as interrupted, or stopped and finished)."""
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _db(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return sync_to_async(fn, thread_sensitive=True)
+
+
+@dataclass
+class _Progress:
+    text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+
+    @property
+    def partial_text(self) -> str:
+        return "".join(self.text)
+
+    @property
+    def partial_reasoning(self) -> str:
+        return "".join(self.reasoning)
+
+    def reset(self) -> None:
+        self.text.clear()
+        self.reasoning.clear()
+
+
+async def run_turn(
+    turn_id: str,
+    *,
+    provider_factory: ProviderFactory | None = None,
+    tools: ToolRegistry | None = None,
+) -> None:
+    """Run one turn to a terminal state (or to awaiting approval). Safe to call twice:
+    only the caller that claims the queued turn runs it."""
+    me = worker_id()
+    turn = await _db(services.turn_claim)(turn_id=turn_id, worker=me)
+    if turn is None:
+        logger.info("turn %s not claimable (already running or finished)", turn_id)
+        return
+    if provider_factory is None:
+        from openworker.llm import router_for_user
+
+        provider_factory = router_for_user
+    run = _TurnRun(turn, me, provider_factory, tools or default_registry())
+    await run.run()
+
+
+class _TurnRun:
+    def __init__(
+        self, turn: Turn, me: str, provider_factory: ProviderFactory, tools: ToolRegistry
+    ) -> None:
+        self.turn = turn
+        self.turn_id = str(turn.pk)
+        self.session = turn.session
+        self.me = me
+        self.provider_factory = provider_factory
+        self.tools = tools
+        self.cancel = CancelToken()
+        self.progress = _Progress()
+        self.lease_lost = False
+        self.emitter: TurnEmitter | None = None
+
+    # --- lifecycle -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        buffer = get_replay_buffer()
+        try:
+            start_seq = await buffer.last_seq(self.turn_id)
+        except Exception:
+            logger.warning("replay buffer unavailable for turn %s", self.turn_id, exc_info=True)
+            start_seq = 0
+        self.emitter = TurnEmitter(
+            session_id=str(self.session.pk),
+            turn_id=self.turn_id,
+            buffer=buffer,
+            start_seq=start_seq,
+            coalesce_seconds=settings.STREAM_COALESCE_SECONDS,
+        )
+        register_local(self.turn_id, self.cancel)
+        heartbeat = asyncio.create_task(self._heartbeat())
+        status = Turn.Status.FAILED
+        try:
+            await self.emitter.emit(
+                "turn.status", status=Turn.Status.RUNNING, model=self.turn.model
+            )
+            status, kind, error = await self._loop()
+            await self._finish(status, kind, error)
+        except LeaseLost:
+            logger.info("turn %s: lease lost, stopping", self.turn_id)
+        except asyncio.CancelledError:
+            # Embedded shutdown: keep what we have and say so.
+            status = Turn.Status.INTERRUPTED
+            await asyncio.shield(
+                self._finish(status, "interrupted", "The server stopped while this reply ran.")
+            )
+            raise
+        except Exception:
+            logger.exception("turn %s crashed", self.turn_id)
+            await self._finish(Turn.Status.FAILED, "internal", "Something went wrong on our side.")
+        finally:
+            heartbeat.cancel()
+            unregister_local(self.turn_id)
+            await self.emitter.close()
+            if status != Turn.Status.AWAITING_APPROVAL:
+                try:
+                    await buffer.finish(self.turn_id)
+                except Exception:
+                    logger.warning("replay buffer finish failed", exc_info=True)
+
+    async def _finish(self, status: str, kind: str = "", error: str = "") -> None:
+        assert self.emitter is not None
+        done = await _db(services.turn_finish)(
+            turn_id=self.turn_id,
+            worker=self.me,
+            status=status,
+            error_kind=kind,
+            error=error,
+            partial_text=self.progress.partial_text,
+            partial_reasoning=self.progress.partial_reasoning,
+        )
+        if not done:
+            raise LeaseLost
+        fields: dict[str, Any] = {"status": status}
+        if kind:
+            fields["error_kind"] = kind
+        if error:
+            fields["error"] = error
+        await self.emitter.emit("turn.status", **fields)
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+            try:
+                reply = await _db(services.turn_heartbeat)(
+                    turn_id=self.turn_id,
+                    worker=self.me,
+                    partial_text=self.progress.partial_text,
+                    partial_reasoning=self.progress.partial_reasoning,
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.warning("heartbeat failed for turn %s", self.turn_id, exc_info=True)
+                continue
+            if not reply.owned:
+                self.lease_lost = True
+                self.cancel.cancel()
+                return
+            if reply.cancel_requested:
+                self.cancel.cancel()
+
+    def _check(self) -> None:
+        if self.lease_lost:
+            raise LeaseLost
+
+    # --- the agent loop --------------------------------------------------------------
+
+    async def _loop(self) -> tuple[str, str, str]:
+        provider = await _db(self.provider_factory)(self.session.owner_id)
+        tool_defs = self.tools.definitions()
+        try:
+            for _ in range(settings.TURN_MAX_STEPS):
+                self._check()
+                if self.cancel.cancelled:
+                    return Turn.Status.CANCELLED, "", ""
+                rows = await _db(selectors.session_messages)(session_id=self.session.pk)
+                pending = _unanswered_calls(rows, self.turn_id)
+                if pending:
+                    waiting = await self._run_tools(pending)
+                    if waiting:
+                        await self.emitter.emit("tool.approval", calls=waiting)  # type: ignore[union-attr]
+                        return Turn.Status.AWAITING_APPROVAL, "", ""
+                    continue
+                outcome = await self._model_step(provider, rows, tool_defs)
+                if outcome is not None:
+                    return outcome
+            return (
+                Turn.Status.COMPLETED,
+                "step_limit",
+                (f"Stopped after {settings.TURN_MAX_STEPS} steps; send a message to continue."),
+            )
+        finally:
+            await asyncio.to_thread(provider.close)
+
+    async def _model_step(
+        self, provider: ProviderClient, rows: list[Message], tool_defs: list[dict]
+    ) -> tuple[str, str, str] | None:
+        """One model call. Returns a final outcome, or None to keep looping (tool calls)."""
+        model = self.turn.model
+        history = [row.to_canonical() for row in rows]
+        caps = provider.capabilities(model)
+        messages = await _db(outbound_history.outbound_messages)(
+            history, owner_id=self.session.owner_id, caps=caps
+        )
+        step_key = f"{self.turn_id}:a{_assistant_count(rows, self.turn_id)}"
+        self.progress.reset()
+        try:
+            result = await self._stream(
+                lambda: provider.stream(
+                    model=model,
+                    messages=messages,
+                    tools=tool_defs or None,
+                    cancel=self.cancel,
+                    cache_key=str(self.session.pk),
+                )
+            )
+        except RequestCancelled:
+            result = None
+        except ProviderError as exc:
+            self._check()
+            if self.cancel.cancelled:
+                result = None
+            else:
+                if exc.partial is not None and exc.partial.text and not self.progress.text:
+                    self.progress.text.append(exc.partial.text)
+                return Turn.Status.FAILED, exc.kind, exc.friendly
+        self._check()
+        if result is None or self.cancel.cancelled:
+            await self._persist_partial(step_key)
+            return Turn.Status.CANCELLED, "", ""
+        await self._persist_assistant(result, step_key, provider)
+        self.progress.reset()
+        if not result.tool_calls:
+            return Turn.Status.COMPLETED, "", ""
+        return None
+
+    async def _stream(self, start: Callable[[], Iterator[StreamChunk]]) -> AssistantTurn:
+        """Drive a blocking stream in the provider pool, publishing deltas as they come."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+        def pump() -> None:
+            try:
+                for chunk in start():
+                    loop.call_soon_threadsafe(queue.put_nowait, ("chunk", chunk))
+            except BaseException as exc:
+                loop.call_soon_threadsafe(queue.put_nowait, ("error", exc))
+            else:
+                loop.call_soon_threadsafe(queue.put_nowait, ("end", None))
+
+        future = loop.run_in_executor(_PROVIDER_POOL, pump)
+        final: AssistantTurn | None = None
+        finished = False
+        try:
+            while True:
+                kind, value = await queue.get()
+                if kind == "error":
+                    finished = True
+                    raise value
+                if kind == "end":
+                    finished = True
+                    break
+                chunk: StreamChunk = value
+                if chunk.text:
+                    self.progress.text.append(chunk.text)
+                if chunk.reasoning:
+                    self.progress.reasoning.append(chunk.reasoning)
+                if chunk.text or chunk.reasoning:
+                    self.emitter.delta(text=chunk.text, reasoning=chunk.reasoning)  # type: ignore[union-attr]
+                if chunk.turn is not None:
+                    final = chunk.turn
+        finally:
+            if not finished:
+                # Leaving early (task cancelled): close the upstream request too.
+                self.cancel.cancel()
+                future.cancel()
+        if final is None:
+            from providers.errors import StreamError
+
+            raise StreamError("The provider's stream ended without a final reply.", partial=None)
+        return final
+
+    async def _persist_partial(self, step_key: str) -> None:
+        text = self.progress.partial_text
+        if not text and not self.progress.partial_reasoning:
+            return
+        message = await _db(services.message_append)(
+            session_id=self.session.pk,
+            turn_id=self.turn_id,
+            role="assistant",
+            content=text,
+            reasoning=self.progress.partial_reasoning,
+            model=self.turn.model,
+            finish_reason="cancelled",
+            dedupe_key=step_key,
+        )
+        self.progress.reset()
+        await self.emitter.emit("message", message=selectors.message_payload(message))  # type: ignore[union-attr]
+
+    async def _persist_assistant(
+        self, result: AssistantTurn, step_key: str, provider: ProviderClient
+    ) -> None:
+        usage = result.usage.to_dict() if result.usage else None
+        cost = _cost(provider, self.turn.model, result.usage)
+        message = await _db(services.message_append)(
+            session_id=self.session.pk,
+            turn_id=self.turn_id,
+            role="assistant",
+            content=result.text or "",
+            tool_calls=[_call_dict(call) for call in result.tool_calls] or None,
+            reasoning=result.reasoning or "",
+            extras=result.extras or None,
+            usage=usage,
+            model=self.turn.model,
+            finish_reason=result.finish_reason or "",
+            dedupe_key=step_key,
+        )
+        await _db(services.turn_step_done)(turn_id=self.turn_id, usage=usage, cost=cost)
+        await self.emitter.emit("message", message=selectors.message_payload(message))  # type: ignore[union-attr]
+        if result.usage is not None:
+            await self.emitter.emit(  # type: ignore[union-attr]
+                "usage",
+                usage=usage,
+                context_tokens=result.usage.context_tokens,
+                cost=str(cost) if cost is not None else None,
+            )
+
+    # --- tools -------------------------------------------------------------------------
+
+    async def _run_tools(self, pending: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Run what may run; return the calls still waiting for the user's decision."""
+        approvals = self.turn.approvals or {}
+        overrides = await _db(_tool_policy_overrides)()
+        waiting = []
+        for call in pending:
+            self._check()
+            policy = self.tools.policy_for(call["name"], overrides)
+            decision = approvals.get(call["id"])
+            if call.get("error"):
+                result = ToolResult(f"Error: {call['error']}", is_error=True)
+            elif self.tools.get(call["name"]) is None:
+                result = ToolResult(
+                    f"Error: there is no tool named {call['name']!r}.", is_error=True
+                )
+            elif policy == "deny":
+                result = ToolResult(
+                    f"Error: the tool {call['name']} is disabled by the administrator.",
+                    is_error=True,
+                )
+            elif decision == "denied":
+                result = ToolResult("The user denied this tool call.", is_error=True)
+            elif policy == "ask" and decision != "approved":
+                waiting.append(call)
+                continue
+            else:
+                await self.emitter.emit("tool.started", call_id=call["id"], name=call["name"])  # type: ignore[union-attr]
+                result = await self._execute(call)
+            message = await _db(services.message_append)(
+                session_id=self.session.pk,
+                turn_id=self.turn_id,
+                role="tool",
+                content=result.content,
+                tool_call_id=call["id"],
+                extras={"tool": call["name"], "is_error": result.is_error},
+                dedupe_key=f"{self.turn_id}:tool:{call['id']}",
+            )
+            await self.emitter.emit("message", message=selectors.message_payload(message))  # type: ignore[union-attr]
+        return waiting
+
+    async def _execute(self, call: dict[str, Any]) -> ToolResult:
+        tool = self.tools.get(call["name"])
+        assert tool is not None
+        ctx = ToolContext(
+            session_id=str(self.session.pk),
+            workspace_root=selectors.workspace_root(self.session.pk),
+            outbound_policy=OutboundPolicy.from_env(embedded=not settings.DISTRIBUTED),
+        )
+        try:
+            return await asyncio.to_thread(tool.run, call.get("arguments") or {}, ctx)
+        except Exception as exc:
+            logger.warning("tool %s failed", call["name"], exc_info=True)
+            return ToolResult(f"Error: the tool failed ({type(exc).__name__}).", is_error=True)
+
+
+def _tool_policy_overrides() -> dict[str, str]:
+    """Admin overrides of tool policies (the admin issue adds the table)."""
+    return dict(getattr(settings, "TOOL_POLICY_OVERRIDES", {}) or {})
+
+
+def _call_dict(call: ToolCall) -> dict[str, Any]:
+    return call.to_dict()
+
+
+def _cost(provider: ProviderClient, model: str, usage: TokenUsage | None) -> Decimal | None:
+    curated = getattr(provider, "curated", None)
+    entry = curated(model) if callable(curated) else None
+    prices = getattr(entry, "prices", None)
+    if prices is None or usage is None:
+        return None
+    return prices.cost(usage)
+
+
+def _assistant_count(rows: list[Message], turn_id: str) -> int:
+    return sum(1 for m in rows if m.role == "assistant" and str(m.turn_id) == turn_id)
+
+
+def _unanswered_calls(rows: list[Message], turn_id: str) -> list[dict[str, Any]]:
+    """Tool calls of this turn's latest assistant message that have no result yet."""
+    for index in range(len(rows) - 1, -1, -1):
+        message = rows[index]
+        if message.role == "assistant":
+            if str(message.turn_id) != turn_id or not message.tool_calls:
+                return []
+            answered = {m.tool_call_id for m in rows[index + 1 :] if m.role == "tool"}
+            return [c for c in message.tool_calls if c["id"] not in answered]
+    return []

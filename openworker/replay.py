@@ -1,0 +1,134 @@
+"""Per-turn replay buffers: what a turn has emitted so far, by sequence number.
+
+The channel layer is at-most-once (channels_redis drops on capacity) and a reloading
+browser misses everything sent while it was away, so every event is also appended here
+and a client resumes with "everything after seq N". After a turn ends its buffer expires;
+the transcript in the database is authoritative from then on.
+
+Distributed mode: one Redis Stream per turn whose entry ids are `<seq>-0`, so "after N"
+is a single XRANGE. Embedded mode: a dict in the Daphne process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import weakref
+from typing import Any, Protocol
+
+# Long enough for a user to come back to a tab after the turn ended; the transcript
+# takes over after that.
+FINISHED_TTL_SECONDS = 600
+# A turn still running keeps its buffer this long past its last event (a stalled turn
+# is swept as interrupted long before).
+RUNNING_TTL_SECONDS = 6 * 3600
+# Bound one turn's buffer: a runaway turn cannot fill Redis.
+MAX_EVENTS_PER_TURN = 50_000
+
+
+class ReplayBuffer(Protocol):
+    async def append(self, turn_id: str, seq: int, event: dict[str, Any]) -> None: ...
+    async def read_after(self, turn_id: str, after: int) -> list[dict[str, Any]]: ...
+    async def last_seq(self, turn_id: str) -> int: ...
+    async def finish(self, turn_id: str) -> None: ...
+
+
+class MemoryReplayBuffer:
+    def __init__(self) -> None:
+        self._events: dict[str, list[dict[str, Any]]] = {}
+        self._expires: dict[str, float] = {}
+
+    def _sweep(self) -> None:
+        now = time.monotonic()
+        for turn_id in [t for t, at in self._expires.items() if at < now]:
+            self._events.pop(turn_id, None)
+            self._expires.pop(turn_id, None)
+
+    async def append(self, turn_id: str, seq: int, event: dict[str, Any]) -> None:
+        self._sweep()
+        events = self._events.setdefault(turn_id, [])
+        events.append(event)
+        if len(events) > MAX_EVENTS_PER_TURN:
+            del events[: len(events) - MAX_EVENTS_PER_TURN]
+        self._expires[turn_id] = time.monotonic() + RUNNING_TTL_SECONDS
+
+    async def read_after(self, turn_id: str, after: int) -> list[dict[str, Any]]:
+        return [e for e in self._events.get(turn_id, ()) if e["seq"] > after]
+
+    async def last_seq(self, turn_id: str) -> int:
+        events = self._events.get(turn_id)
+        return events[-1]["seq"] if events else 0
+
+    async def finish(self, turn_id: str) -> None:
+        if turn_id in self._events:
+            self._expires[turn_id] = time.monotonic() + FINISHED_TTL_SECONDS
+
+
+class RedisReplayBuffer:
+    """Redis Streams. One asyncio client per event loop: Celery runs each turn under its
+    own loop, and an asyncio connection must not cross loops."""
+
+    def __init__(self, url: str, *, prefix: str = "openworker") -> None:
+        self.url = url
+        self.prefix = prefix
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _client(self) -> Any:
+        import redis.asyncio as aioredis
+
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = aioredis.Redis.from_url(self.url)
+            self._clients[loop] = client
+        return client
+
+    def _key(self, turn_id: str) -> str:
+        return f"{self.prefix}:turn:{turn_id}:events"
+
+    async def append(self, turn_id: str, seq: int, event: dict[str, Any]) -> None:
+        key = self._key(turn_id)
+        pipe = self._client().pipeline(transaction=False)
+        pipe.xadd(
+            key,
+            {"e": json.dumps(event, separators=(",", ":"))},
+            id=f"{seq}-0",
+            maxlen=MAX_EVENTS_PER_TURN,
+            approximate=True,
+        )
+        pipe.expire(key, RUNNING_TTL_SECONDS)
+        await pipe.execute()
+
+    async def read_after(self, turn_id: str, after: int) -> list[dict[str, Any]]:
+        entries = await self._client().xrange(self._key(turn_id), min=f"{after + 1}-0", max="+")
+        return [json.loads(fields[b"e"]) for _, fields in entries]
+
+    async def last_seq(self, turn_id: str) -> int:
+        entries = await self._client().xrevrange(self._key(turn_id), count=1)
+        if not entries:
+            return 0
+        entry_id = entries[0][0]
+        entry_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+        return int(entry_id.split("-")[0])
+
+    async def finish(self, turn_id: str) -> None:
+        await self._client().expire(self._key(turn_id), FINISHED_TTL_SECONDS)
+
+
+_buffer: ReplayBuffer | None = None
+
+
+def get_replay_buffer() -> ReplayBuffer:
+    """The process's buffer for the configured run mode."""
+    global _buffer
+    if _buffer is None:
+        from django.conf import settings
+
+        if settings.DISTRIBUTED:
+            _buffer = RedisReplayBuffer(settings.REDIS_URL)
+        else:
+            _buffer = MemoryReplayBuffer()
+    return _buffer

@@ -1,0 +1,534 @@
+"""Anthropic Messages API (`POST {base}/v1/messages`).
+
+Context → wire request (`build_request`), and the reply → canonical shapes
+(`MessagesStreamParser` for `stream: true`, `parse_message` for one Message object).
+
+Thinking continuity: thinking and `redacted_thinking` blocks are kept exactly as received
+in the turn's `extras["_anthropic"] = {"model": <bare model>, "thinking": [...]}` and put
+back, first in the assistant message, only when the same model sees that history again:
+signatures are model-bound, and another model would reject them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from .. import errors
+from ..base import ProviderClient
+from ..context import build_context, content_parts, parse_data_url
+from ..registry import ProviderDescriptor
+from ..types import AssistantTurn, Context, ModelCapabilities, StreamChunk, ToolCall
+from ..usage import merge_anthropic_usage, usage_from_anthropic
+from .openai_completions import keep_partial, parse_tool_arguments
+
+MESSAGES_PATH = "/v1/messages"
+ANTHROPIC_VERSION = "2023-06-01"
+# `max_tokens` is mandatory on this API. Used when neither the caller nor the model's
+# capabilities give one: every current Claude model accepts at least 8192.
+DEFAULT_MAX_TOKENS = 8192
+SIDECAR = "_anthropic"
+THINKING_TYPES = ("thinking", "redacted_thinking")
+EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+# --- Context → request -------------------------------------------------------------------
+
+
+def _build_system(system_prompt: str | None) -> str | None:
+    """The system prompt as the top-level `system` string.
+
+    Seam: the cache policy (seed 002) will turn this into one text block carrying the
+    system breakpoint; nothing else needs to change for that.
+    """
+    return system_prompt or None
+
+
+def _has_text(text: Any) -> bool:
+    """The API rejects text blocks that are empty or only whitespace."""
+    return isinstance(text, str) and bool(text.strip())
+
+
+def _with_cache_control(block: dict[str, Any], part: Mapping[str, Any]) -> dict[str, Any]:
+    if part.get("cache_control"):
+        block["cache_control"] = part["cache_control"]
+    return block
+
+
+def _image_block(url: str) -> dict[str, Any]:
+    parsed = parse_data_url(url)
+    if parsed is not None:
+        media_type, data = parsed
+        return {
+            "type": "image",
+            "source": {"type": "base64", "media_type": media_type, "data": data},
+        }
+    return {"type": "image", "source": {"type": "url", "url": url}}
+
+
+def _document_block(file: Mapping[str, Any]) -> dict[str, Any] | None:
+    file_data = file.get("file_data") or ""
+    parsed = parse_data_url(file_data)
+    # A bare base64 string (no data: prefix) is taken to be the PDF itself.
+    data = parsed[1] if parsed is not None else file_data
+    if not data:
+        return None
+    block: dict[str, Any] = {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": data},
+    }
+    if file.get("filename"):
+        block["title"] = file["filename"]
+    return block
+
+
+def _content_blocks(content: Any) -> list[dict[str, Any]]:
+    """Canonical user/tool content → text, image and document blocks (blank text dropped)."""
+    blocks: list[dict[str, Any]] = []
+    for part in content_parts(content):
+        kind = part.get("type")
+        block: dict[str, Any] | None = None
+        if kind == "text" and _has_text(part.get("text")):
+            block = {"type": "text", "text": part["text"]}
+        elif kind == "image_url":
+            image = part.get("image_url") or {}
+            url = image.get("url") if isinstance(image, Mapping) else image
+            block = _image_block(url) if url else None
+        elif kind == "file":
+            block = _document_block(part.get("file") or {})
+        if block is not None:
+            blocks.append(_with_cache_control(block, part))
+    return blocks
+
+
+def _sidecar_thinking(message: Mapping[str, Any], model: str) -> list[dict[str, Any]]:
+    sidecar = (message.get("extras") or {}).get(SIDECAR)
+    if not isinstance(sidecar, Mapping) or sidecar.get("model") != model:
+        return []
+    return [dict(block) for block in sidecar.get("thinking") or [] if isinstance(block, Mapping)]
+
+
+def _assistant_blocks(message: Mapping[str, Any], model: str) -> list[dict[str, Any]]:
+    blocks = _sidecar_thinking(message, model)
+    content = message.get("content")
+    if isinstance(content, str):
+        if _has_text(content):
+            blocks.append({"type": "text", "text": content})
+    else:
+        blocks.extend(
+            _with_cache_control({"type": "text", "text": part["text"]}, part)
+            for part in content_parts(content)
+            if part.get("type") == "text" and _has_text(part.get("text"))
+        )
+    for call in message.get("tool_calls") or []:
+        arguments = call.get("arguments")
+        if isinstance(arguments, str):
+            arguments, _ = parse_tool_arguments(arguments)
+        blocks.append(
+            {"type": "tool_use", "id": call["id"], "name": call["name"], "input": arguments or {}}
+        )
+    return blocks
+
+
+def _tool_result_block(message: Mapping[str, Any]) -> dict[str, Any]:
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.get("tool_call_id")}
+    content = message.get("content")
+    if isinstance(content, str):
+        if content:
+            block["content"] = content
+    else:
+        inner = _content_blocks(content)
+        if inner:
+            block["content"] = inner
+    if message.get("is_error"):
+        block["is_error"] = True
+    return block
+
+
+def _build_messages(ctx: Context, *, model: str) -> list[dict[str, Any]]:
+    """Canonical dialogue → alternating user/assistant messages of content blocks.
+
+    Tool results become `tool_result` blocks in a user message; consecutive messages that
+    land on the same role (several tool results, then the user's next words) are merged
+    into one message, because the API requires the roles to alternate.
+    """
+    out: list[dict[str, Any]] = []
+    for message in ctx.messages:
+        role = message.get("role")
+        if role == "user":
+            wire_role, blocks = "user", _content_blocks(message.get("content"))
+        elif role == "assistant":
+            wire_role, blocks = "assistant", _assistant_blocks(message, model)
+        elif role == "tool":
+            wire_role, blocks = "user", [_tool_result_block(message)]
+        else:
+            continue
+        if not blocks:
+            continue
+        if out and out[-1]["role"] == wire_role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": wire_role, "content": blocks})
+    return out
+
+
+def _build_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for tool in tools:
+        wire: dict[str, Any] = {"name": tool["name"]}
+        if tool.get("description"):
+            wire["description"] = tool["description"]
+        wire["input_schema"] = tool.get("parameters") or EMPTY_SCHEMA
+        if tool.get("cache_control"):
+            wire["cache_control"] = tool["cache_control"]
+        out.append(wire)
+    return out
+
+
+def _max_tokens(settings: Mapping[str, Any], capabilities: ModelCapabilities | None) -> int:
+    if settings.get("max_tokens"):
+        return int(settings["max_tokens"])
+    if capabilities is not None and capabilities.max_output_tokens:
+        return int(capabilities.max_output_tokens)
+    return DEFAULT_MAX_TOKENS
+
+
+def _thinking(settings: Mapping[str, Any], capabilities: ModelCapabilities | None) -> None:
+    """Seam for `reasoning_effort` → the `thinking` request field. Sends nothing today.
+
+    The accepted shape depends on the model generation: `{"type": "enabled",
+    "budget_tokens": N}` on older models, `{"type": "adaptive"}` plus
+    `output_config.effort` on newer ones, each refused with a 400 by the other. Choosing
+    needs a per-model declaration in the curated matrix, not a guess from the name.
+    """
+    return None
+
+
+def build_request(
+    ctx: Context,
+    *,
+    model: str,
+    descriptor: ProviderDescriptor,
+    stream: bool,
+    settings: Mapping[str, Any],
+    capabilities: ModelCapabilities | None = None,
+) -> dict[str, Any]:
+    """The JSON body for `POST /v1/messages`. Key order is stable (byte-stable prefix)."""
+    max_tokens = _max_tokens(settings, capabilities)
+    body: dict[str, Any] = {"model": model, "max_tokens": max_tokens}
+    system = _build_system(ctx.system_prompt)
+    if system is not None:
+        body["system"] = system
+    body["messages"] = _build_messages(ctx, model=model)
+    if ctx.tools:
+        body["tools"] = _build_tools(ctx.tools)
+    thinking = _thinking(settings, capabilities)
+    if thinking is not None:
+        body["thinking"] = thinking
+    # `temperature` is never sent: current models refuse it with a 400 ("deprecated for
+    # this model") and the API's own default applies everywhere when it is absent.
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def request_headers(descriptor: ProviderDescriptor, api_key: str | None) -> dict[str, str]:
+    if descriptor.requires_key and not api_key:
+        name = descriptor.label or descriptor.name
+        raise errors.AuthenticationError(
+            f"no API key configured for {name}",
+            friendly=f"No API key is configured for {name}. Add one in your provider settings.",
+        )
+    headers = {"anthropic-version": ANTHROPIC_VERSION, "content-type": "application/json"}
+    if api_key:
+        headers["x-api-key"] = api_key
+    return headers
+
+
+# --- Reply → canonical --------------------------------------------------------------------
+
+
+def _assemble(
+    blocks: list[dict[str, Any]],
+    tool_json: Mapping[int, list[str]],
+    *,
+    model: str,
+    stop_reason: str | None,
+    usage: Mapping[str, Any] | None,
+    raw: Any,
+) -> AssistantTurn:
+    """Ordered content blocks → AssistantTurn (shared by the stream and the Message)."""
+    text: list[str] = []
+    reasoning: list[str] = []
+    thinking: list[dict[str, Any]] = []
+    calls: list[ToolCall] = []
+    for position, block in enumerate(blocks):
+        kind = block.get("type")
+        if kind == "text":
+            text.append(block.get("text") or "")
+        elif kind in THINKING_TYPES:
+            thinking.append(dict(block))
+            if kind == "thinking" and block.get("thinking"):
+                reasoning.append(block["thinking"])
+        elif kind == "tool_use":
+            calls.append(_tool_call(block, tool_json.get(position)))
+    extras: dict[str, Any] = {}
+    if thinking:
+        extras[SIDECAR] = {"model": model, "thinking": thinking}
+    return AssistantTurn(
+        text="".join(text) or None,
+        tool_calls=calls,
+        finish_reason=stop_reason,
+        raw=raw,
+        reasoning="\n\n".join(reasoning) or None,
+        extras=extras,
+        usage=usage_from_anthropic(usage),
+    )
+
+
+def _tool_call(block: Mapping[str, Any], fragments: list[str] | None) -> ToolCall:
+    call_id, name = block.get("id") or "", block.get("name") or ""
+    if fragments is None:  # a whole Message: `input` is already an object
+        value = block.get("input")
+        return ToolCall(id=call_id, name=name, arguments=dict(value or {}))
+    raw = "".join(fragments)
+    arguments, error = parse_tool_arguments(raw)
+    if error:
+        return ToolCall(id=call_id, name=name, arguments={}, raw_arguments=raw, error=error)
+    return ToolCall(id=call_id, name=name, arguments=arguments)
+
+
+class MessagesStreamParser:
+    """Accumulates Messages stream events into deltas and one final turn.
+
+    `feed(event)` returns the StreamChunks that event produced; `done` turns True at
+    `message_stop`; `finish()` builds the AssistantTurn, or raises StreamError with the
+    partial turn when the stream ended without `message_stop`. An `error` event (sent
+    after HTTP 200, e.g. overloaded_error) raises the matching ProviderError at once.
+    Usage starts from `message_start` and is overwritten by `message_delta`'s cumulative
+    counts.
+    """
+
+    def __init__(self, *, model: str) -> None:
+        self.model = model
+        self.done = False
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._tool_json: dict[int, list[str]] = {}
+        self._tool_ordinal: dict[int, int] = {}
+        self._stop_reason: str | None = None
+        self._usage: dict[str, Any] | None = None
+        self._raw: dict[str, Any] = {}
+
+    def feed(self, event: Any) -> list[StreamChunk]:
+        if self.done or not (event.data or "").strip():
+            return []
+        try:
+            payload = json.loads(event.data)
+        except ValueError:
+            raise self._stream_error(f"malformed stream event from {self.model}") from None
+        if not isinstance(payload, Mapping):
+            return []
+        kind = payload.get("type") or event.event
+        handler = getattr(self, f"_on_{kind}", None)
+        return handler(payload) if handler is not None else []
+
+    def _on_message_start(self, payload: Mapping[str, Any]) -> list[StreamChunk]:
+        message = payload.get("message") or {}
+        self._raw = {k: message[k] for k in ("id", "model") if message.get(k)}
+        self._usage = merge_anthropic_usage(None, message.get("usage"))
+        return []
+
+    def _on_content_block_start(self, payload: Mapping[str, Any]) -> list[StreamChunk]:
+        index = int(payload.get("index", len(self._blocks)))
+        block = dict(payload.get("content_block") or {})
+        self._blocks[index] = block
+        kind = block.get("type")
+        if kind == "tool_use":
+            ordinal = len(self._tool_ordinal)
+            self._tool_ordinal[index] = ordinal
+            self._tool_json[index] = []
+            block["input"] = {}
+            delta = {"index": ordinal, "id": block.get("id"), "name": block.get("name")}
+            return [StreamChunk(tool_call_delta={**delta, "arguments": ""})]
+        if kind == "text" and block.get("text"):
+            return [StreamChunk(text=block["text"])]
+        if kind == "thinking" and block.get("thinking"):
+            return [StreamChunk(reasoning=block["thinking"])]
+        return []
+
+    def _on_content_block_delta(self, payload: Mapping[str, Any]) -> list[StreamChunk]:
+        index = int(payload.get("index", 0))
+        block = self._blocks.get(index)
+        delta = payload.get("delta") or {}
+        if block is None:
+            raise self._stream_error(f"content_block_delta for unknown block {index}")
+        kind = delta.get("type")
+        if kind == "text_delta":
+            block["text"] = (block.get("text") or "") + delta.get("text", "")
+            return [StreamChunk(text=delta.get("text", ""))]
+        if kind == "thinking_delta":
+            block["thinking"] = (block.get("thinking") or "") + delta.get("thinking", "")
+            return [StreamChunk(reasoning=delta.get("thinking", ""))]
+        if kind == "signature_delta":
+            block["signature"] = delta.get("signature", "")
+            return []
+        if kind == "input_json_delta" and index in self._tool_json:
+            fragment = delta.get("partial_json", "")
+            self._tool_json[index].append(fragment)
+            ordinal = self._tool_ordinal[index]
+            return [
+                StreamChunk(
+                    tool_call_delta={
+                        "index": ordinal,
+                        "id": None,
+                        "name": None,
+                        "arguments": fragment,
+                    }
+                )
+            ]
+        return []  # citations_delta and future delta types carry nothing we keep
+
+    def _on_message_delta(self, payload: Mapping[str, Any]) -> list[StreamChunk]:
+        delta = payload.get("delta") or {}
+        if delta.get("stop_reason"):
+            self._stop_reason = delta["stop_reason"]
+        self._usage = merge_anthropic_usage(self._usage, payload.get("usage"))
+        return []
+
+    def _on_message_stop(self, payload: Mapping[str, Any]) -> list[StreamChunk]:
+        self.done = True
+        return []
+
+    def _on_error(self, payload: Mapping[str, Any]) -> list[StreamChunk]:
+        raise errors.error_from_event(dict(payload), model=self.model, partial=self.partial_turn())
+
+    def partial_turn(self) -> AssistantTurn:
+        blocks = [self._blocks[i] for i in sorted(self._blocks)]
+        positions = {index: pos for pos, index in enumerate(sorted(self._blocks))}
+        tool_json = {positions[i]: frags for i, frags in self._tool_json.items()}
+        return _assemble(
+            blocks,
+            tool_json,
+            model=self.model,
+            stop_reason=self._stop_reason,
+            usage=self._usage,
+            raw=self._raw or None,
+        )
+
+    def finish(self) -> AssistantTurn:
+        if not self.done:
+            raise self._stream_error(f"the stream from {self.model} ended before message_stop")
+        return self.partial_turn()
+
+    def _stream_error(self, message: str) -> errors.StreamError:
+        return errors.StreamError(message, model=self.model, partial=self.partial_turn())
+
+
+def parse_message(payload: Mapping[str, Any], *, model: str) -> AssistantTurn:
+    """A non-streamed Message object → AssistantTurn."""
+    if payload.get("type") == "error":
+        raise errors.error_from_event(dict(payload), model=model)
+    blocks = [dict(b) for b in payload.get("content") or [] if isinstance(b, Mapping)]
+    return _assemble(
+        blocks,
+        {},
+        model=model,
+        stop_reason=payload.get("stop_reason"),
+        usage=payload.get("usage"),
+        raw=dict(payload),
+    )
+
+
+# --- The client ---------------------------------------------------------------------------
+
+
+class AnthropicMessagesClient(ProviderClient):
+    """A `ProviderClient` for the Messages API. Receives BARE model names. Owns `transport`:
+    `close()` closes it."""
+
+    def __init__(
+        self,
+        descriptor: ProviderDescriptor,
+        *,
+        api_key: str | None,
+        base_url: str | None,
+        transport: Any,
+        capabilities: Callable[[str], ModelCapabilities],
+    ) -> None:
+        self.descriptor = descriptor
+        self._api_key = api_key
+        self.base_url = (base_url or descriptor.default_base_url).rstrip("/")
+        self._transport = transport
+        self._capabilities = capabilities
+
+    @property
+    def url(self) -> str:
+        return self.base_url + MESSAGES_PATH
+
+    def capabilities(self, model: str) -> ModelCapabilities:
+        return self._capabilities(model)
+
+    def _request(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        settings: Mapping[str, Any],
+        *,
+        stream: bool,
+    ) -> tuple[dict[str, str], dict[str, Any]]:
+        headers = request_headers(self.descriptor, self._api_key)
+        body = build_request(
+            build_context(messages, tools),
+            model=model,
+            descriptor=self.descriptor,
+            stream=stream,
+            settings=settings,
+            capabilities=self._capabilities(model),
+        )
+        return headers, body
+
+    def complete(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        **settings: Any,
+    ) -> AssistantTurn:
+        headers, body = self._request(model, messages, tools, settings, stream=False)
+        payload = self._transport.post_json(
+            self.url, headers=headers, body=body, model=model, cancel=settings.get("cancel")
+        )
+        return parse_message(payload, model=model)
+
+    def stream(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        **settings: Any,
+    ) -> Iterator[StreamChunk]:
+        headers, body = self._request(model, messages, tools, settings, stream=True)
+        parser = MessagesStreamParser(model=model)
+        events = self._transport.stream_sse(
+            self.url, headers=headers, body=body, model=model, cancel=settings.get("cancel")
+        )
+        try:
+            for event in events:
+                yield from parser.feed(event)
+                if parser.done:
+                    break
+        except errors.ProviderError as exc:
+            keep_partial(exc, parser.partial_turn())
+            raise
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
+        yield StreamChunk(turn=parser.finish())
+
+    def close(self) -> None:
+        self._transport.close()

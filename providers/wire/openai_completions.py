@@ -1,0 +1,509 @@
+"""OpenAI Chat Completions (`POST {base}/chat/completions`) and every compatible vendor.
+
+Context → wire request (`build_request`), and the reply → canonical shapes
+(`CompletionsStreamParser` for `stream=True`, `parse_completion` for one object). Vendor
+differences come from the descriptor's `CompatFlags`, never from branches on a name.
+
+Chat Completions has no provider-private sidecars: `extras` and `cache_control` marks on
+the outbound copy are dropped here (OpenAI caches prefixes automatically).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import errors
+from ..base import ProviderClient
+from ..context import build_context, content_parts, content_text
+from ..registry import CompatFlags, ProviderDescriptor
+from ..types import AssistantTurn, Context, ModelCapabilities, StreamChunk, ToolCall
+from ..usage import usage_from_openai
+
+CHAT_COMPLETIONS_PATH = "/chat/completions"
+DONE_SENTINEL = "[DONE]"
+# When a descriptor names no reasoning field we still read the two spellings vendors use
+# (DeepSeek/xAI `reasoning_content`, Ollama/Groq/OpenRouter `reasoning`): OpenAI itself
+# sends neither, so reading them can only surface text a vendor meant as reasoning. The
+# first present wins: some servers (vLLM) send both spellings carrying the same text.
+FALLBACK_REASONING_FIELDS = ("reasoning_content", "reasoning")
+# A tool without a schema still needs one: the API rejects a function without parameters
+# on several compatible vendors.
+EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+# Legacy `functions` API spelling, mapped so callers only ever see "tool_calls".
+_FINISH_ALIASES = {"function_call": "tool_calls"}
+
+
+# --- Context → request -------------------------------------------------------------------
+
+
+def _build_system(system_prompt: str | None, compat: CompatFlags) -> list[dict[str, Any]]:
+    """The system prompt as messages[0]: `developer` for OpenAI's own reasoning-era models."""
+    if not system_prompt:
+        return []
+    return [{"role": "developer" if compat.developer_role else "system", "content": system_prompt}]
+
+
+def _user_part(part: Mapping[str, Any]) -> dict[str, Any] | None:
+    kind = part.get("type")
+    if kind == "text":
+        text = part.get("text") or ""
+        return {"type": "text", "text": text} if text else None
+    if kind == "image_url":
+        image = part.get("image_url") or {}
+        url = image.get("url") if isinstance(image, Mapping) else image
+        if not url:
+            return None
+        out: dict[str, Any] = {"url": url}
+        if isinstance(image, Mapping) and image.get("detail"):
+            out["detail"] = image["detail"]
+        return {"type": "image_url", "image_url": out}
+    if kind == "file":
+        source = part.get("file") or {}
+        file: dict[str, Any] = {}
+        for key in ("filename", "file_data"):
+            if source.get(key):
+                file[key] = source[key]
+        return {"type": "file", "file": file} if file.get("file_data") else None
+    return None
+
+
+def _user_content(content: Any) -> str | list[dict[str, Any]]:
+    """A plain string stays a string (every vendor takes it); parts map one to one."""
+    if isinstance(content, str):
+        return content
+    parts = [p for p in (_user_part(part) for part in content_parts(content)) if p is not None]
+    return parts
+
+
+def _assistant_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    text = content_text(message.get("content"))
+    calls = message.get("tool_calls") or []
+    out: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
+    if calls:
+        out["tool_calls"] = [
+            {
+                "id": call["id"],
+                "type": "function",
+                "function": {
+                    "name": call["name"],
+                    "arguments": _arguments_json(call),
+                },
+            }
+            for call in calls
+        ]
+    return out
+
+
+def _arguments_json(call: Mapping[str, Any]) -> str:
+    arguments = call.get("arguments")
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments or {}, ensure_ascii=False, separators=(",", ":"))
+
+
+def _build_messages(ctx: Context, compat: CompatFlags) -> list[dict[str, Any]]:
+    """Canonical dialogue → Chat Completions messages (system excluded)."""
+    out: list[dict[str, Any]] = []
+    call_names: dict[str, str] = {}
+    for message in ctx.messages:
+        role = message.get("role")
+        if role == "user":
+            out.append({"role": "user", "content": _user_content(message.get("content"))})
+        elif role == "assistant":
+            for call in message.get("tool_calls") or []:
+                call_names[call["id"]] = call["name"]
+            out.append(_assistant_message(message))
+        elif role == "tool":
+            call_id = message.get("tool_call_id") or ""
+            tool: dict[str, Any] = {
+                "role": "tool",
+                "tool_call_id": call_id,
+                "content": content_text(message.get("content")),
+            }
+            if compat.tool_result_name:
+                tool["name"] = message.get("name") or call_names.get(call_id, "")
+            out.append(tool)
+    return out
+
+
+def _build_tools(tools: list[dict[str, Any]], compat: CompatFlags) -> list[dict[str, Any]]:
+    """Canonical tools → function tools.
+
+    `strict` is only sent when the vendor accepts it AND the tool itself declares it: strict
+    mode demands a schema dialect (every property required, no additional properties) that
+    an arbitrary tool schema does not meet, so it is never switched on here.
+    """
+    out = []
+    for tool in tools:
+        function: dict[str, Any] = {"name": tool["name"]}
+        if tool.get("description"):
+            function["description"] = tool["description"]
+        function["parameters"] = tool.get("parameters") or EMPTY_PARAMETERS
+        if compat.strict_tools and isinstance(tool.get("strict"), bool):
+            function["strict"] = tool["strict"]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _cache_fields(settings: Mapping[str, Any], descriptor: ProviderDescriptor) -> dict[str, Any]:
+    """Seam for automatic prompt caching (`prompt_cache_key` from `settings["cache_key"]`).
+
+    Deliberately empty until the cache declarations (`cache.json`, seed 002) exist: which
+    vendors accept the key is a per-provider declaration, not something to guess here.
+    """
+    return {}
+
+
+def build_request(
+    ctx: Context,
+    *,
+    model: str,
+    descriptor: ProviderDescriptor,
+    stream: bool,
+    settings: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The JSON body for `POST /chat/completions`. Key order is stable (byte-stable prefix)."""
+    compat = descriptor.compat
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": _build_system(ctx.system_prompt, compat) + _build_messages(ctx, compat),
+    }
+    if ctx.tools:
+        body["tools"] = _build_tools(ctx.tools, compat)
+    if settings.get("max_tokens"):
+        body[compat.max_tokens_field] = int(settings["max_tokens"])
+    if settings.get("temperature") is not None:
+        body["temperature"] = settings["temperature"]
+    body.update(_cache_fields(settings, descriptor))
+    if stream:
+        body["stream"] = True
+        if compat.usage_in_stream:
+            body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def auth_headers(descriptor: ProviderDescriptor, api_key: str | None) -> dict[str, str]:
+    """Headers that authenticate a request; refuses before any I/O when a key is missing."""
+    if descriptor.requires_key and not api_key:
+        name = descriptor.label or descriptor.name
+        raise errors.AuthenticationError(
+            f"no API key configured for {name}",
+            friendly=f"No API key is configured for {name}. Add one in your provider settings.",
+        )
+    if not api_key or descriptor.auth == "none":
+        return {}
+    if descriptor.auth == "x-api-key":
+        return {"x-api-key": api_key}
+    return {"Authorization": f"Bearer {api_key}"}
+
+
+# --- Reply → canonical --------------------------------------------------------------------
+
+
+def _text_of(value: Any) -> str:
+    """Delta/message content: a string, or (Mistral) a list of typed chunks."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(
+            str(item.get("text") or "")
+            for item in value
+            if isinstance(item, Mapping) and item.get("type") == "text"
+        )
+    return ""
+
+
+def _reasoning_of(source: Mapping[str, Any], reasoning_field: str | None) -> str:
+    fields = (reasoning_field,) if reasoning_field else FALLBACK_REASONING_FIELDS
+    for name in fields:
+        value = source.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def parse_tool_arguments(raw: str | None) -> tuple[dict[str, Any], str | None]:
+    """(arguments, error). Empty means no arguments; anything not a JSON object is an error
+    the engine reports back to the model rather than a crash."""
+    if raw is None or not raw.strip():
+        return {}, None
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        return {}, f"tool arguments are not valid JSON: {exc}"
+    if not isinstance(value, dict):
+        return {}, f"tool arguments must be a JSON object, got {type(value).__name__}"
+    return value, None
+
+
+def _tool_call(call_id: str, name: str, raw: str | None) -> ToolCall:
+    arguments, error = parse_tool_arguments(raw)
+    if error:
+        return ToolCall(id=call_id, name=name, arguments={}, raw_arguments=raw, error=error)
+    return ToolCall(id=call_id, name=name, arguments=arguments)
+
+
+def _finish_reason(reason: str | None, has_calls: bool) -> str | None:
+    reason = _FINISH_ALIASES.get(reason or "", reason)
+    # Some compatible servers (older Ollama among them) say "stop" after emitting calls.
+    if has_calls and reason in (None, "stop"):
+        return "tool_calls"
+    return reason
+
+
+@dataclass
+class _CallBuffer:
+    id: str | None = None
+    name: str | None = None
+    fragments: list[str] = field(default_factory=list)
+
+
+class CompletionsStreamParser:
+    """Accumulates `chat.completion.chunk` events into deltas and one final turn.
+
+    `feed(event)` returns the StreamChunks that event produced; `done` turns True at
+    `data: [DONE]`; `finish()` builds the AssistantTurn, or raises StreamError (carrying
+    the partial turn) when the stream ended with neither `[DONE]` nor a finish_reason.
+    Tool-call ids and names arrive on a call's first fragment only; calls are assembled
+    per wire `index`. A fragment carrying a different id at an index already in use starts
+    a new call: some compatible servers number every call 0.
+    """
+
+    def __init__(self, *, model: str, reasoning_field: str | None = None) -> None:
+        self.model = model
+        self.reasoning_field = reasoning_field
+        self.done = False
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._calls: list[_CallBuffer] = []
+        self._slots: dict[int, int] = {}
+        self._finish: str | None = None
+        self._usage: Mapping[str, Any] | None = None
+        self._raw: dict[str, Any] = {}
+
+    def feed(self, event: Any) -> list[StreamChunk]:
+        data = (event.data or "").strip()
+        if not data or self.done:
+            return []
+        if data == DONE_SENTINEL:
+            self.done = True
+            return []
+        try:
+            payload = json.loads(data)
+        except ValueError:
+            raise self._stream_error(f"malformed stream chunk from {self.model}") from None
+        if not isinstance(payload, Mapping):
+            return []
+        if payload.get("error"):
+            raise errors.error_from_event(
+                dict(payload), model=self.model, partial=self.partial_turn()
+            )
+        if not self._raw:
+            self._raw = {k: payload[k] for k in ("id", "model") if payload.get(k)}
+        if payload.get("usage"):
+            self._usage = payload["usage"]
+        chunks: list[StreamChunk] = []
+        for choice in payload.get("choices") or []:
+            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            reasoning = _reasoning_of(delta, self.reasoning_field)
+            if reasoning:
+                self._reasoning.append(reasoning)
+                chunks.append(StreamChunk(reasoning=reasoning))
+            text = _text_of(delta.get("content"))
+            if text:
+                self._text.append(text)
+                chunks.append(StreamChunk(text=text))
+            for position, call in enumerate(delta.get("tool_calls") or []):
+                chunks.append(self._feed_call(position, call))
+            if choice.get("finish_reason"):
+                self._finish = choice["finish_reason"]
+        return chunks
+
+    def _feed_call(self, position: int, call: Mapping[str, Any]) -> StreamChunk:
+        wire_index = call.get("index", position)
+        call_id = call.get("id") or None
+        function = call.get("function") or {}
+        slot = self._slots.get(wire_index)
+        if slot is None or (call_id and self._calls[slot].id and self._calls[slot].id != call_id):
+            slot = len(self._calls)
+            self._slots[wire_index] = slot
+            self._calls.append(_CallBuffer())
+        buffer = self._calls[slot]
+        name = function.get("name") or None
+        if call_id and not buffer.id:
+            buffer.id = call_id
+        if name and not buffer.name:
+            buffer.name = name
+        fragment = function.get("arguments") or ""
+        if not isinstance(fragment, str):  # a vendor that sends the object itself
+            fragment = json.dumps(fragment, ensure_ascii=False)
+        buffer.fragments.append(fragment)
+        return StreamChunk(
+            tool_call_delta={"index": slot, "id": call_id, "name": name, "arguments": fragment}
+        )
+
+    def partial_turn(self) -> AssistantTurn:
+        """The turn as far as it got: text and reasoning so far, calls as assembled."""
+        calls = [
+            _tool_call(b.id or f"call_{i}", b.name or "", "".join(b.fragments))
+            for i, b in enumerate(self._calls)
+        ]
+        return AssistantTurn(
+            text="".join(self._text) or None,
+            tool_calls=calls,
+            finish_reason=_finish_reason(self._finish, bool(calls)),
+            raw=self._raw or None,
+            reasoning="".join(self._reasoning) or None,
+            usage=usage_from_openai(self._usage),
+        )
+
+    def finish(self) -> AssistantTurn:
+        if not self.done and self._finish is None:
+            raise self._stream_error(f"the stream from {self.model} ended before it finished")
+        return self.partial_turn()
+
+    def _stream_error(self, message: str) -> errors.StreamError:
+        return errors.StreamError(message, model=self.model, partial=self.partial_turn())
+
+
+def keep_partial(exc: errors.ProviderError, partial: AssistantTurn) -> None:
+    """Give a transport failure (reset mid-stream, cancel) the text streamed so far."""
+    if getattr(exc, "partial", None) is None:
+        exc.partial = partial
+
+
+def parse_completion(
+    payload: Mapping[str, Any], *, model: str, reasoning_field: str | None = None
+) -> AssistantTurn:
+    """A non-streamed `chat.completion` object → AssistantTurn."""
+    if payload.get("error"):
+        raise errors.error_from_event(dict(payload), model=model)
+    choices = payload.get("choices") or []
+    if not choices:
+        raise errors.ProviderError(f"the reply from {model} had no choices", model=model)
+    choice = choices[0]
+    message = choice.get("message") or {}
+    calls = [
+        _tool_call(
+            call.get("id") or f"call_{i}",
+            (call.get("function") or {}).get("name") or "",
+            _raw_arguments((call.get("function") or {}).get("arguments")),
+        )
+        for i, call in enumerate(message.get("tool_calls") or [])
+    ]
+    return AssistantTurn(
+        text=_text_of(message.get("content")) or None,
+        tool_calls=calls,
+        finish_reason=_finish_reason(choice.get("finish_reason"), bool(calls)),
+        raw=dict(payload),
+        reasoning=_reasoning_of(message, reasoning_field) or None,
+        usage=usage_from_openai(payload.get("usage")),
+    )
+
+
+def _raw_arguments(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+# --- The client ---------------------------------------------------------------------------
+
+
+class OpenAICompletionsClient(ProviderClient):
+    """A `ProviderClient` for one Chat Completions provider (OpenAI, Ollama, DeepSeek...).
+
+    Receives BARE model names (the router strips the prefix). Owns `transport`: `close()`
+    closes it.
+    """
+
+    def __init__(
+        self,
+        descriptor: ProviderDescriptor,
+        *,
+        api_key: str | None,
+        base_url: str | None,
+        transport: Any,
+        capabilities: Callable[[str], ModelCapabilities],
+    ) -> None:
+        self.descriptor = descriptor
+        self._api_key = api_key
+        self.base_url = (base_url or descriptor.default_base_url).rstrip("/")
+        self._transport = transport
+        self._capabilities = capabilities
+
+    @property
+    def url(self) -> str:
+        return self.base_url + CHAT_COMPLETIONS_PATH
+
+    def capabilities(self, model: str) -> ModelCapabilities:
+        return self._capabilities(model)
+
+    def _request(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        settings: Mapping[str, Any],
+        *,
+        stream: bool,
+    ) -> tuple[dict[str, str], dict[str, Any]]:
+        headers = auth_headers(self.descriptor, self._api_key)
+        ctx = build_context(messages, tools)
+        body = build_request(
+            ctx, model=model, descriptor=self.descriptor, stream=stream, settings=settings
+        )
+        return headers, body
+
+    def complete(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        **settings: Any,
+    ) -> AssistantTurn:
+        headers, body = self._request(model, messages, tools, settings, stream=False)
+        payload = self._transport.post_json(
+            self.url, headers=headers, body=body, model=model, cancel=settings.get("cancel")
+        )
+        return parse_completion(
+            payload, model=model, reasoning_field=self.descriptor.compat.reasoning_field
+        )
+
+    def stream(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        **settings: Any,
+    ) -> Iterator[StreamChunk]:
+        headers, body = self._request(model, messages, tools, settings, stream=True)
+        parser = CompletionsStreamParser(
+            model=model, reasoning_field=self.descriptor.compat.reasoning_field
+        )
+        events = self._transport.stream_sse(
+            self.url, headers=headers, body=body, model=model, cancel=settings.get("cancel")
+        )
+        try:
+            for event in events:
+                yield from parser.feed(event)
+                if parser.done:
+                    break
+        except errors.ProviderError as exc:
+            keep_partial(exc, parser.partial_turn())
+            raise
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
+        yield StreamChunk(turn=parser.finish())
+
+    def close(self) -> None:
+        self._transport.close()

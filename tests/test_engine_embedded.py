@@ -1,0 +1,198 @@
+"""Embedded mode in-process: the engine runs turns as asyncio tasks on the server's loop,
+streams over the in-memory channel layer to a real consumer, and talks to a fake
+Anthropic upstream over real HTTP."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from openworker.asgi import application
+from sessions.models import Message, Session, Turn
+from tests.fakes import AnthropicMessagesFake, Reply, drip, pause, text, tool_call, usage
+from tests.support.chat import (
+    assert_gapless,
+    point_provider_at,
+    read_until_status,
+    session_cookie,
+    streamed_text,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+MODEL = "anthropic:claude-test-1"
+
+
+@pytest.fixture
+def fake():
+    with AnthropicMessagesFake() as server:
+        yield server
+
+
+async def open_socket(user, session, query: str = "") -> WebsocketCommunicator:
+    cookie = await sync_to_async(session_cookie)(user)
+    path = f"/ws/sessions/{session.pk}/" + (f"?{query}" if query else "")
+    ws = WebsocketCommunicator(
+        application,
+        path,
+        headers=[(b"origin", b"http://127.0.0.1:8000"), (b"cookie", cookie.encode())],
+    )
+    connected, _ = await ws.connect(timeout=5)
+    assert connected
+    hello = await ws.receive_json_from(timeout=5)
+    assert hello["type"] == "hello"
+    return ws
+
+
+async def make_session(owner, fake) -> Session:
+    await sync_to_async(point_provider_at)(owner, "anthropic", fake.base_url)
+    return await Session.objects.acreate(owner=owner, model=MODEL)
+
+
+async def test_a_two_step_tool_turn_streams_in_order_and_is_persisted(owner, fake):
+    fake.push(
+        Reply(text("Let me look. "), tool_call("list_files", {}), usage(input=100, output=20)),
+        Reply(text("The workspace is empty."), usage(input=150, output=10, cache_read=100)),
+    )
+    session = await make_session(owner, fake)
+    ws = await open_socket(owner, session)
+    await ws.send_json_to({"type": "send", "text": "What files do I have?"})
+    events = await read_until_status(ws)
+    await ws.disconnect()
+
+    assert events[-1]["status"] == "completed"
+    assert_gapless(events)
+    assert streamed_text(events) == "Let me look. The workspace is empty."
+    roles = [
+        m
+        async for m in Message.objects.filter(session=session)
+        .order_by("seq")
+        .values_list("role", flat=True)
+    ]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+    first = await Message.objects.aget(session=session, seq=2)
+    assert first.tool_calls[0]["name"] == "list_files"
+    assert first.usage == {"input": 100, "output": 20, "cache_read": 0, "cache_write": 0}
+    turn = await Turn.objects.aget(session=session)
+    assert turn.steps == 2
+    assert turn.usage == {"input": 250, "output": 30, "cache_read": 100, "cache_write": 0}
+    # The second request carried the tool result back to the model.
+    assert fake.requests[1].body["messages"][-1]["content"][0]["type"] == "tool_result"
+
+
+async def test_reconnecting_mid_turn_replays_everything_once(owner, fake):
+    fake.push(Reply(drip(0.03), *[text(f"w{i} ") for i in range(30)]))
+    session = await make_session(owner, fake)
+    ws = await open_socket(owner, session)
+    await ws.send_json_to({"type": "send", "text": "count"})
+    first = []
+    while len([e for e in first if e["type"] == "delta"]) < 3:
+        first.append(await ws.receive_json_from(timeout=10))
+    await ws.disconnect()
+    turn_id = first[-1]["turn"]
+    last_seq = first[-1]["seq"]
+
+    ws2 = await open_socket(owner, session, query=f"resume={turn_id}:{last_seq}")
+    rest = await read_until_status(ws2)
+    await ws2.disconnect()
+    turn_events = [e for e in first if e.get("turn")] + rest
+    assert_gapless(turn_events)
+    assert streamed_text(turn_events) == "".join(f"w{i} " for i in range(30))
+
+
+async def test_a_fresh_page_mid_turn_gets_the_whole_stream_so_far(owner, fake):
+    fake.push(Reply(drip(0.03), *[text(f"t{i} ") for i in range(20)]))
+    session = await make_session(owner, fake)
+    ws = await open_socket(owner, session)
+    await ws.send_json_to({"type": "send", "text": "go"})
+    while (await ws.receive_json_from(timeout=10)).get("type") != "delta":
+        pass
+    ws2 = await open_socket(owner, session)  # a reload: knows nothing yet
+    events = await read_until_status(ws2)
+    await ws.disconnect()
+    await ws2.disconnect()
+    assert_gapless(events)
+    assert events[0]["seq"] == 1
+    assert streamed_text(events) == "".join(f"t{i} " for i in range(20))
+
+
+async def test_stop_cancels_the_upstream_request_and_keeps_the_text(owner, fake):
+    fake.push(Reply(text("partial answer "), pause(30), text("never sent")))
+    session = await make_session(owner, fake)
+    ws = await open_socket(owner, session)
+    await ws.send_json_to({"type": "send", "text": "long one"})
+    event = await ws.receive_json_from(timeout=10)
+    while event.get("type") != "delta":
+        event = await ws.receive_json_from(timeout=10)
+    await ws.send_json_to({"type": "stop", "turn": event["turn"]})
+    events = await read_until_status(ws)
+    await ws.disconnect()
+
+    assert events[-1]["status"] == "cancelled"
+    assert await sync_to_async(fake.wait_for_disconnect)(5)
+    kept = await Message.objects.aget(session=session, role="assistant")
+    assert kept.content == "partial answer "
+    assert kept.finish_reason == "cancelled"
+
+
+async def test_an_ask_tool_waits_for_approval_and_resumes_when_approved(owner, fake):
+    fake.push(
+        Reply(tool_call("fetch_url", {"url": "http://127.0.0.1:9/x"})),
+        Reply(text("I could not fetch it.")),
+    )
+    session = await make_session(owner, fake)
+    ws = await open_socket(owner, session)
+    await ws.send_json_to({"type": "send", "text": "read that page"})
+    events = await read_until_status(ws)
+    assert events[-1]["status"] == "awaiting_approval"
+    approval = next(e for e in events if e["type"] == "tool.approval")
+    call = approval["calls"][0]
+    assert call["name"] == "fetch_url"
+    await ws.disconnect()
+
+    # The wait survives a closed tab: a new socket is told what is pending.
+    cookie_ws = await open_socket(owner, session)
+    await cookie_ws.send_json_to(
+        {"type": "approve", "turn": approval["turn"], "call_id": call["id"]}
+    )
+    events = await read_until_status(cookie_ws, {"completed", "failed"})
+    await cookie_ws.disconnect()
+    assert events[-1]["status"] == "completed"
+    tool_message = await Message.objects.aget(session=session, role="tool")
+    assert tool_message.tool_call_id == call["id"]
+    assert "I could not fetch it." in streamed_text(events)
+
+
+async def test_a_denied_tool_call_is_reported_to_the_model(owner, fake):
+    fake.push(
+        Reply(tool_call("fetch_url", {"url": "https://example.com"})), Reply(text("OK, I won't."))
+    )
+    session = await make_session(owner, fake)
+    ws = await open_socket(owner, session)
+    await ws.send_json_to({"type": "send", "text": "read example.com"})
+    events = await read_until_status(ws)
+    approval = next(e for e in events if e["type"] == "tool.approval")
+    await ws.send_json_to(
+        {"type": "deny", "turn": approval["turn"], "call_id": approval["calls"][0]["id"]}
+    )
+    events = await read_until_status(ws, {"completed", "failed"})
+    await ws.disconnect()
+    assert events[-1]["status"] == "completed"
+    result = fake.requests[-1].body["messages"][-1]["content"][0]
+    assert result["type"] == "tool_result"
+    assert "denied" in str(result["content"])
+
+
+async def test_an_upstream_error_fails_the_turn_with_the_friendly_message(owner, fake):
+    from tests.fakes import quota_exceeded
+
+    fake.push(Reply(quota_exceeded()))
+    session = await make_session(owner, fake)
+    ws = await open_socket(owner, session)
+    await ws.send_json_to({"type": "send", "text": "hi"})
+    events = await read_until_status(ws)
+    await ws.disconnect()
+    assert events[-1]["status"] == "failed"
+    assert events[-1]["error_kind"] == "no_quota"
+    turn = await Turn.objects.aget(session=session)
+    assert turn.status == "failed" and turn.error_kind == "no_quota"
