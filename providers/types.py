@@ -126,6 +126,10 @@ class ModelCapabilities:
     reasoning: bool | None = None
     context_window: int | None = None
     max_output_tokens: int | None = None
+    # How the model takes a reasoning budget where the API differs by model generation:
+    # "budget" (Anthropic thinking.budget_tokens), "adaptive" (Anthropic adaptive thinking
+    # with an effort), "effort" (an effort level), or None when unknown / not applicable.
+    thinking: str | None = None
     # True when the answer comes from the curated matrix; False for heuristics.
     curated: bool = False
 
