@@ -192,6 +192,7 @@ MAX_CONCURRENT_TURNS_PER_USER = envint("MAX_CONCURRENT_TURNS_PER_USER", 3, minim
 # Each Daphne process sweeps expired turn leases; tests drive the sweep by hand.
 LEASE_SWEEPER = envbool("OPENWORKER_LEASE_SWEEPER", True)
 MAX_MESSAGE_CHARS = envint("MAX_MESSAGE_CHARS", 32_000, minimum=100)
+MAX_ATTACHMENT_BYTES = envint("MAX_ATTACHMENT_BYTES", 20 * 1024 * 1024, minimum=1024)
 MAX_ATTACHMENTS_PER_MESSAGE = envint("MAX_ATTACHMENTS_PER_MESSAGE", 10, minimum=1)
 # Deltas are coalesced into one socket frame per this many seconds (not one per token).
 STREAM_COALESCE_SECONDS = envfloat("STREAM_COALESCE_SECONDS", 0.04)

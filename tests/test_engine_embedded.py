@@ -196,3 +196,83 @@ async def test_an_upstream_error_fails_the_turn_with_the_friendly_message(owner,
     assert events[-1]["error_kind"] == "no_quota"
     turn = await Turn.objects.aget(session=session)
     assert turn.status == "failed" and turn.error_kind == "no_quota"
+
+
+async def test_a_text_only_model_gets_the_placeholder_and_pdf_text_while_storage_is_unchanged(
+    owner, settings, tmp_path
+):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from sessions.attachments import attachment_create
+    from tests.fakes import OpenAIChatFake
+    from tests.test_attachments import PNG
+    from tests.test_degradation import make_pdf
+
+    settings.MEDIA_ROOT = tmp_path
+    with OpenAIChatFake(api_key=None) as ollama:
+        ollama.push(Reply(text("I read the PDF.")))
+        await sync_to_async(point_provider_at)(owner, "ollama", ollama.base_url, api_key="")
+        session = await Session.objects.acreate(owner=owner, model="ollama:llama3.3")
+        image = await sync_to_async(attachment_create)(
+            owner=owner, session=session, upload=SimpleUploadedFile("chart.png", PNG)
+        )
+        pdf = await sync_to_async(attachment_create)(
+            owner=owner,
+            session=session,
+            upload=SimpleUploadedFile("report.pdf", make_pdf(["Revenue grew 12 percent"])),
+        )
+        ws = await open_socket(owner, session)
+        await ws.send_json_to(
+            {"type": "send", "text": "Summarise", "attachments": [str(image.pk), str(pdf.pk)]}
+        )
+        events = await read_until_status(ws)
+        await ws.disconnect()
+        sent = ollama.requests[0].body["messages"][-1]["content"]
+
+    assert events[-1]["status"] == "completed"
+    texts = [part.get("text", "") for part in sent]
+    assert "[image attachment — not viewable by this model]" in texts
+    assert any("Revenue grew 12 percent" in t and "report.pdf" in t for t in texts)
+    assert all(part["type"] == "text" for part in sent)
+    stored = await Message.objects.aget(session=session, role="user")
+    kinds = [part["type"] for part in stored.content]
+    assert kinds == ["text", "image_url", "file"]  # the transcript keeps the originals
+    assert stored.content[1]["image_url"]["url"] == f"attachment:{image.pk}"
+
+
+async def test_the_per_user_cap_refuses_another_concurrent_turn(owner, fake, settings):
+    settings.MAX_CONCURRENT_TURNS_PER_USER = 1
+    fake.push(Reply(text("slow "), pause(5), text("done")))
+    first = await make_session(owner, fake)
+    second = await Session.objects.acreate(owner=owner, model=MODEL)
+    ws1 = await open_socket(owner, first)
+    await ws1.send_json_to({"type": "send", "text": "one"})
+    while (await ws1.receive_json_from(timeout=10)).get("type") != "delta":
+        pass
+    ws2 = await open_socket(owner, second)
+    await ws2.send_json_to({"type": "send", "text": "two"})
+    refusal = await ws2.receive_json_from(timeout=5)
+    assert refusal["type"] == "error" and "already have 1" in refusal["error"]
+    assert not await Turn.objects.filter(session=second).aexists()
+    await ws1.send_json_to(
+        {"type": "stop", "turn": (await Turn.objects.aget(session=first)).pk.hex}
+    )
+    await ws1.disconnect()
+    await ws2.disconnect()
+
+
+async def test_shutdown_interrupts_running_turns_and_keeps_their_text(owner, fake):
+    from openworker.runner import embedded_runner
+
+    fake.push(Reply(text("half an answer "), pause(30), text("rest")))
+    session = await make_session(owner, fake)
+    ws = await open_socket(owner, session)
+    await ws.send_json_to({"type": "send", "text": "go"})
+    while (await ws.receive_json_from(timeout=10)).get("type") != "delta":
+        pass
+    await embedded_runner.shutdown()
+    turn = await Turn.objects.aget(session=session)
+    assert turn.status == "interrupted"
+    assert turn.partial_text == "half an answer "
+    assert await sync_to_async(fake.wait_for_disconnect)(5)
+    await ws.disconnect()
