@@ -30,6 +30,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from openworker import history as outbound_history
+from openworker.compactor import maybe_compact
 from openworker.replay import get_replay_buffer
 from openworker.runner import register_local, unregister_local
 from openworker.streaming import TurnEmitter
@@ -248,8 +249,22 @@ class _TurnRun:
         model = self.turn.model
         history = [row.to_canonical() for row in rows]
         caps = provider.capabilities(model)
+        state, outcome = await maybe_compact(
+            session_id=self.session.pk,
+            turn_id=self.turn_id,
+            rows=rows,
+            history=history,
+            provider=provider,
+            model=model,
+            context_window=caps.context_window,
+            cancel=self.cancel,
+        )
+        if outcome is not None:
+            await self.emitter.emit(
+                "compaction", checkpoint=selectors.checkpoint_payload(outcome.checkpoint)
+            )  # type: ignore[union-attr]
         messages = await _db(outbound_history.outbound_messages)(
-            history, owner_id=self.session.owner_id, caps=caps
+            history, owner_id=self.session.owner_id, caps=caps, compaction_state=state
         )
         step_key = f"{self.turn_id}:a{_assistant_count(rows, self.turn_id)}"
         self.progress.reset()

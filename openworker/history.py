@@ -11,6 +11,7 @@ import base64
 import copy
 from typing import Any
 
+from openworker.compaction import CompactionState, apply_to_outbound
 from openworker.degradation import adapt_for_model
 from providers.types import ModelCapabilities
 from sessions.models import Attachment
@@ -85,8 +86,15 @@ def _part_ref(part: Any) -> str | None:
 
 
 def outbound_messages(
-    history: list[dict[str, Any]], *, owner_id: int, caps: ModelCapabilities
+    history: list[dict[str, Any]],
+    *,
+    owner_id: int,
+    caps: ModelCapabilities,
+    compaction_state: CompactionState | None = None,
 ) -> list[dict[str, Any]]:
-    messages = [{"role": "system", "content": SYSTEM_PROMPT}, *copy.deepcopy(history)]
+    """[system prompt] + (compacted block + verbatim tail, or the whole history) with
+    attachments inlined and degraded for `caps`."""
+    view = apply_to_outbound(history, compaction_state)
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, *copy.deepcopy(view)]
     messages = inline_attachments(messages, owner_id=owner_id)
     return adapt_for_model(messages, caps)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 
@@ -179,3 +180,213 @@ class Attachment(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class CompactionSettings(models.Model):
+    """The organisation's auto-compaction settings (one row, edited by admins).
+
+    Read at the start of every model call, so a change applies to the next turn.
+    """
+
+    enabled = models.BooleanField(default=True)
+    threshold_pct = models.FloatField(
+        default=0.8,
+        validators=[MinValueValidator(0.1), MaxValueValidator(0.95)],
+        help_text="Compact when the context reaches this share of the model's window.",
+    )
+    cap_tokens = models.PositiveIntegerField(
+        default=250_000,
+        validators=[MinValueValidator(4_000)],
+        help_text="…or this many tokens, whichever comes first (large windows compact early).",
+    )
+    keep_recent_fraction = models.FloatField(
+        default=0.25,
+        validators=[MinValueValidator(0.05), MaxValueValidator(0.5)],
+        help_text="Share of the trigger kept verbatim after a compaction.",
+    )
+    summary_model = models.CharField(
+        max_length=200, blank=True, help_text="Model that writes summaries; empty: the session's."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "compaction settings"
+        verbose_name_plural = "compaction settings"
+
+    def __str__(self) -> str:
+        return "Compaction settings"
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        self.pk = 1  # a singleton
+        super().save(*args, **kwargs)  # type: ignore[arg-type]
+
+    @classmethod
+    def load(cls) -> CompactionSettings:
+        settings_row, _ = cls.objects.get_or_create(pk=1)
+        return settings_row
+
+
+class CompactionCheckpoint(models.Model):
+    """Where a compaction happened: shown in the transcript with its summary."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="checkpoints")
+    turn = models.ForeignKey(Turn, on_delete=models.SET_NULL, null=True, blank=True)
+    # The first message kept verbatim (by transcript position) and its list index.
+    boundary_seq = models.PositiveIntegerField()
+    boundary_index = models.PositiveIntegerField()
+    summary = models.TextField()
+    tokens_before = models.PositiveIntegerField(null=True, blank=True)
+    tokens_after = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at"]
+
+    def __str__(self) -> str:
+        return f"Compaction before #{self.boundary_seq}"
+
+
+class AuditLog(models.Model):
+    """Who did what to whose data, when and why: reviews, exports and account actions.
+
+    Append-only: written by `sessions.audit.audit_record`, readable but never editable
+    in the admin. The actor's and target's usernames are copied so the trail survives
+    a deleted account.
+    """
+
+    class Action(models.TextChoices):
+        REVIEW = "review", "Reviewed a session"
+        EXPORT = "export", "Exported sessions"
+        EXPORT_DOWNLOAD = "export_download", "Downloaded an export"
+        DEACTIVATE = "deactivate", "Deactivated a user"
+        INVITE = "invite", "Invited a user"
+        PASSWORD_RESET = "password_reset", "Issued a password reset link"
+
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        related_name="+",
+    )
+    actor_username = models.CharField(max_length=150)
+    action = models.CharField(max_length=30, choices=Action.choices)
+    target_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    target_username = models.CharField(max_length=150, blank=True)
+    target_session_id = models.UUIDField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    # Filters of an export, counts, ids: small JSON, never transcript text or key material.
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "audit log entry"
+        verbose_name_plural = "audit log"
+
+    def __str__(self) -> str:
+        return f"{self.actor_username} {self.action} at {self.created_at:%Y-%m-%d %H:%M}"
+
+
+class ToolPolicy(models.Model):
+    """An admin's override of a tool's default policy (allow / ask / deny)."""
+
+    class Policy(models.TextChoices):
+        ALLOW = "allow", "Allow"
+        ASK = "ask", "Ask the user"
+        DENY = "deny", "Deny"
+
+    tool = models.CharField(max_length=100, unique=True)
+    policy = models.CharField(max_length=10, choices=Policy.choices)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["tool"]
+        verbose_name_plural = "tool policies"
+
+    def __str__(self) -> str:
+        return f"{self.tool}: {self.policy}"
+
+
+class UserLimits(models.Model):
+    """Per-user limits, checked by `services.turn_start` before a turn is queued."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="limits"
+    )
+    max_concurrent_turns = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Empty: the site default (MAX_CONCURRENT_TURNS_PER_USER).",
+    )
+    monthly_budget = models.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text="Spend cap per calendar month (UTC), in the prices' currency; empty: none.",
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "user limits"
+        verbose_name_plural = "user limits"
+
+    def __str__(self) -> str:
+        return f"Limits for user {self.user_id}"
+
+
+def export_path(instance: ExportJob, filename: str) -> str:
+    return f"exports/{instance.pk}/{filename}"
+
+
+class ExportJob(models.Model):
+    """A bulk export of transcripts: filters, progress and the finished files."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        COMPLETED = "completed"
+        FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    reason = models.TextField()
+    # Filters (all optional): whose sessions and which creation dates (inclusive).
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    group = models.ForeignKey(
+        "auth.Group", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    date_from = models.DateField(null=True, blank=True)
+    date_to = models.DateField(null=True, blank=True)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
+    rows_total = models.PositiveIntegerField(default=0)
+    rows_done = models.PositiveIntegerField(default=0)
+    jsonl_file = models.FileField(upload_to=export_path, max_length=300, blank=True)
+    csv_file = models.FileField(upload_to=export_path, max_length=300, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"Export {str(self.pk)[:8]} ({self.status})"
+
+    @property
+    def percent(self) -> int:
+        if self.status == self.Status.COMPLETED:
+            return 100
+        return int(100 * self.rows_done / self.rows_total) if self.rows_total else 0

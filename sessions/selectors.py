@@ -11,7 +11,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 
-from sessions.models import Message, Session, Turn
+from sessions.models import CompactionCheckpoint, Message, Session, Turn
 
 
 def session_list(*, user: AbstractBaseUser) -> QuerySet[Session]:
@@ -77,3 +77,17 @@ def message_payload(message: Message) -> dict[str, Any]:
 
 def workspace_root(session_id: uuid.UUID | str) -> Path:
     return Path(settings.MEDIA_ROOT) / "workspaces" / str(session_id)
+
+
+def checkpoint_payload(checkpoint: CompactionCheckpoint) -> dict[str, Any]:
+    return {
+        "id": checkpoint.pk,
+        "boundary_seq": checkpoint.boundary_seq,
+        "summary": checkpoint.summary,
+        "tokens_before": checkpoint.tokens_before,
+        "tokens_after": checkpoint.tokens_after,
+    }
+
+
+def session_checkpoints(*, session: Session) -> list[CompactionCheckpoint]:
+    return list(CompactionCheckpoint.objects.filter(session=session).order_by("created_at"))

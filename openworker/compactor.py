@@ -1,0 +1,130 @@
+"""The engine's side of auto-compaction: decide *when*, run the summarizer *with what*,
+persist the state. The policy itself is pure (`openworker.compaction`).
+
+Outbound only: the state is stored on the session and applied to the copy sent to the
+model; the transcript is never rewritten. A failed summary call never fails the turn:
+it is logged and the turn goes on uncompacted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import transaction
+
+from openworker import compaction
+from providers.base import ProviderClient
+from providers.errors import ProviderError
+from sessions.models import CompactionCheckpoint, CompactionSettings, Message, Session
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CompactionOutcome:
+    state: compaction.CompactionState
+    checkpoint: CompactionCheckpoint
+
+
+def load_state(session_id: Any) -> tuple[compaction.CompactionState | None, int | None]:
+    row = (
+        Session.objects.filter(pk=session_id)
+        .values("compaction_state", "last_context_tokens")
+        .get()
+    )
+    return compaction.CompactionState.from_dict(row["compaction_state"]), row["last_context_tokens"]
+
+
+def _save(
+    *,
+    session_id: Any,
+    turn_id: Any,
+    state: compaction.CompactionState,
+    rows: list[Message],
+    tokens_before: int,
+    tokens_after: int,
+) -> CompactionCheckpoint:
+    with transaction.atomic():
+        # The signal was the pre-compaction size: forget it, the estimate takes over
+        # until the next model call reports the new size.
+        Session.objects.filter(pk=session_id).update(
+            compaction_state=state.to_dict(), last_context_tokens=None
+        )
+        return CompactionCheckpoint.objects.create(
+            session_id=session_id,
+            turn_id=turn_id,
+            boundary_index=state.boundary_index,
+            boundary_seq=rows[state.boundary_index].seq,
+            summary=state.summary,
+            tokens_before=tokens_before,
+            tokens_after=tokens_after,
+        )
+
+
+async def maybe_compact(
+    *,
+    session_id: Any,
+    turn_id: Any,
+    rows: list[Message],
+    history: list[dict[str, Any]],
+    provider: ProviderClient,
+    model: str,
+    context_window: int | None,
+    cancel: Any = None,
+) -> tuple[compaction.CompactionState | None, CompactionOutcome | None]:
+    """The state to apply to this request, and the new checkpoint if one was made now."""
+    cfg = await sync_to_async(CompactionSettings.load)()
+    state, reported = await sync_to_async(load_state)(session_id)
+    if state is not None and state.boundary_index >= len(history):
+        state = None  # stale (should not happen: the transcript is append-only)
+    signal = reported or compaction.estimate_tokens(compaction.apply_to_outbound(history, state))
+    if not compaction.should_compact(
+        signal,
+        context_window,
+        threshold_pct=cfg.threshold_pct,
+        cap_tokens=cfg.cap_tokens,
+        enabled=cfg.enabled,
+    ):
+        return state, None
+    keep = compaction.keep_tokens(
+        context_window,
+        keep_fraction=cfg.keep_recent_fraction,
+        threshold_pct=cfg.threshold_pct,
+        cap_tokens=cfg.cap_tokens,
+    )
+    boundary = compaction.pick_boundary(
+        history, keep_tokens=keep, after=state.boundary_index if state else 0
+    )
+    if boundary is None:
+        return state, None
+    span = compaction.span_to_summarize(history, boundary=boundary, prior=state)
+    request = compaction.summarizer_messages(span, prior_summary=state.summary if state else "")
+    try:
+        summary = await asyncio.to_thread(
+            provider.complete,
+            model=cfg.summary_model or model,
+            messages=request,
+            max_tokens=compaction.SUMMARY_MAX_TOKENS,
+            cancel=cancel,
+        )
+    except ProviderError as exc:
+        logger.warning("compaction summary failed (%s); continuing uncompacted", exc.kind)
+        return state, None
+    if not (summary.text or "").strip():
+        logger.warning("compaction summary came back empty; continuing uncompacted")
+        return state, None
+    new_state = compaction.compact(history, summary=summary.text, boundary=boundary, prior=state)
+    after = compaction.estimate_tokens(compaction.apply_to_outbound(history, new_state))
+    checkpoint = await sync_to_async(_save)(
+        session_id=session_id,
+        turn_id=turn_id,
+        state=new_state,
+        rows=rows,
+        tokens_before=signal,
+        tokens_after=after,
+    )
+    return new_state, CompactionOutcome(new_state, checkpoint)
