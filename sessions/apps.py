@@ -9,3 +9,6 @@ class ChatSessionsConfig(AppConfig):
     label = "chat_sessions"
     verbose_name = "Chat sessions"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from sessions import signals  # noqa: F401 - connects the receivers

@@ -183,9 +183,15 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         self.sent[turn_id] = seq
 
     async def user_event(self, message: dict[str, Any]) -> None:
-        """Account-wide notices (signed out elsewhere, deactivated): close the socket."""
-        if message["event"].get("type") == "account.closed":
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+        """Account notices: signed out (this browser session), password changed or
+        deactivated (every session): close the socket."""
+        event = message["event"]
+        if event.get("type") != "account.closed":
+            return
+        key = event.get("session_key")
+        if key and key != getattr(self.scope.get("session"), "session_key", None):
+            return
+        await self.close(code=CLOSE_UNAUTHENTICATED)
 
     async def _fill(self, turn_id: str) -> None:
         last = self.sent.get(turn_id, 0)

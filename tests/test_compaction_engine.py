@@ -127,4 +127,4 @@ async def test_a_failed_summary_leaves_the_turn_running_uncompacted(owner, anthr
     await send(ws, "next")
     await ws.disconnect()
     assert not await CompactionCheckpoint.objects.filter(session=session).aexists()
-    assert "A1" == (await Message.objects.filter(session=session).order_by("-seq").afirst()).content
+    assert (await Message.objects.filter(session=session).order_by("-seq").afirst()).content == "A1"
