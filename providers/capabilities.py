@@ -152,7 +152,19 @@ def capabilities_for(
 # wrong "yes" loses the attachment while a "no" merely degrades it to extracted text.
 
 _VISION_MARKERS = re.compile(r"(?<![a-z])vl(?![a-z])|vision|llava|pixtral")
-_CLAUDE_VERSION = re.compile(r"claude-(?:(?:opus|sonnet|haiku|instant)-)?(\d+)(?:[.-](\d)(?!\d))?")
+_CLAUDE_VERSION = re.compile(
+    r"claude-(?:(?:opus|sonnet|haiku|instant|fable|mythos)-)?(\d+)(?:[.-](\d)(?!\d))?"
+)
+# Families newer than any numbered generation that takes a thinking budget: all adaptive.
+_CLAUDE_ADAPTIVE_FAMILIES = re.compile(r"claude-(?:fable|mythos)(?![a-z])")
+# Claude generations by how they take a reasoning budget: adaptive thinking from 4.6 on
+# (Opus 4.7 refuses `budget_tokens` outright; on 4.6 it is deprecated), a token budget
+# from 3.7 (the first with extended thinking) up to 4.5.
+CLAUDE_ADAPTIVE_FROM = (4, 6)
+CLAUDE_THINKING_FROM = (3, 7)
+# Gemini 2.5 takes `thinkingBudget` tokens; Gemini 3 takes a `thinkingLevel`.
+GEMINI_BUDGET_FROM = (2, 5)
+GEMINI_LEVEL_FROM = (3, 0)
 _GEMINI_VERSION = re.compile(r"gemini-(\d+)(?:\.(\d+))?")
 _OPENAI_O_SERIES = re.compile(r"^o\d+(?:-|$)")
 _OPENAI_GPT = re.compile(r"^(?:gpt-4o|gpt-4\.1|gpt-5)")
@@ -166,6 +178,7 @@ _LOCAL_TOOLS = re.compile(
     r"magistral|codestral|gpt-oss|glm-4\.[5-9]|glm-[5-9]|kimi-k2|command-r|granite-?3)"
 )
 _LOCAL_REASONING = re.compile(r"(?<![a-z])(?:qwq|qwen-?3|magistral|gpt-oss|glm-4\.[5-9]|glm-[5-9])")
+_GPT_OSS = re.compile(r"(?<![a-z])gpt-oss")
 _PDF_NATIVE = {"claude": "anthropic", "gpt": "openai", "gemini": "gemini"}
 
 
@@ -190,11 +203,13 @@ def heuristic_capabilities(bare: str, *, provider: str) -> ModelCapabilities:
         version = _version(_CLAUDE_VERSION.search(name))
         if version is not None and version < (3, 0):
             return ModelCapabilities(vision=False, pdf=False, tools=None, reasoning=False)
+        thinking = _claude_thinking(name, version)
         return ModelCapabilities(
             vision=True,
             pdf=True if provider == _PDF_NATIVE["claude"] else None,
             tools=True,
-            reasoning=None if version is None else version >= (3, 7),
+            reasoning=True if thinking else (None if version is None else False),
+            thinking=thinking,
         )
 
     if _OPENAI_O_SERIES.match(name) or _OPENAI_GPT.match(name):
@@ -209,18 +224,26 @@ def heuristic_capabilities(bare: str, *, provider: str) -> ModelCapabilities:
             pdf=True if sees and provider == _PDF_NATIVE["gpt"] else None,
             tools=True,
             reasoning=reasons,
+            # Every OpenAI reasoning model takes `reasoning_effort` low/medium/high.
+            thinking="effort" if reasons else None,
         )
 
     if name.startswith("gemini"):
         version = _version(_GEMINI_VERSION.search(name))
         thinks: bool | None = None
-        if "thinking" in name or (version is not None and version >= (2, 5)):
+        if "thinking" in name or (version is not None and version >= GEMINI_BUDGET_FROM):
             thinks = True
+        gemini_thinking: str | None = None
+        if version is not None and version >= GEMINI_LEVEL_FROM:
+            gemini_thinking = "effort"
+        elif version is not None and version >= GEMINI_BUDGET_FROM:
+            gemini_thinking = "budget"
         return ModelCapabilities(
             vision=True,
             pdf=True if provider == _PDF_NATIVE["gemini"] else None,
             tools=True,
             reasoning=thinks,
+            thinking=gemini_thinking,
         )
 
     if _DEEPSEEK_REASONER.search(name):
@@ -234,4 +257,17 @@ def heuristic_capabilities(bare: str, *, provider: str) -> ModelCapabilities:
         # Vision variants of tool-calling families often ship without the tool template.
         tools=True if _LOCAL_TOOLS.search(name) and not vision_marked else None,
         reasoning=True if _LOCAL_REASONING.search(name) else None,
+        # gpt-oss takes `reasoning_effort` low/medium/high wherever it is served.
+        thinking="effort" if _GPT_OSS.search(name) else None,
     )
+
+
+def _claude_thinking(name: str, version: tuple[int, int] | None) -> str | None:
+    """ "adaptive", "budget", or None (no extended thinking, or a name we cannot place)."""
+    if _CLAUDE_ADAPTIVE_FAMILIES.search(name) or (
+        version is not None and version >= CLAUDE_ADAPTIVE_FROM
+    ):
+        return "adaptive"
+    if version is not None and version >= CLAUDE_THINKING_FROM:
+        return "budget"
+    return None

@@ -31,6 +31,8 @@ _NO_ACCESS = (
     "does not have access to model",
     "permission_error",
     "permission denied",
+    # Gemini's status for a key whose project may not use the API or the model.
+    "permission_denied",
 )
 _NO_QUOTA = (
     "insufficient_quota",
@@ -45,8 +47,12 @@ _CONTEXT_TOO_LONG = (
     "maximum context length",
     "exceeds the context window",
     "input is too long for requested model",
+    # Gemini: "The input token count (N) exceeds the maximum number of tokens allowed (M)."
+    "exceeds the maximum number of tokens allowed",
 )
 _AUTH_TYPES = frozenset({"authentication_error", "invalid_api_key"})
+# Gemini answers a bad key with 400 INVALID_ARGUMENT, recognisable only by its reason/words.
+_AUTH_PHRASES = ("api_key_invalid", "api key not valid")
 _RATE_LIMIT_TYPES = frozenset({"rate_limit_error", "rate_limit_exceeded"})
 _OVERLOADED_TYPES = frozenset({"overloaded_error"})
 _OVERLOADED_STATUSES = (503, 529)
@@ -232,9 +238,12 @@ def _classify(
     # halves so unrelated 404s (bad base_url, deleted resource) keep their raw message.
     if "not_found_error" in text and f"model: {model.split(':')[-1].lower()}" in text:
         return NoAccessError
+    # Gemini's 404 names the model ("models/<id> is not found for API version v1beta...").
+    if f"models/{model.split(':')[-1].lower()} is not found" in text:
+        return NoAccessError
     if any(phrase in text for phrase in _CONTEXT_TOO_LONG):
         return ContextTooLongError
-    if status == 401 or names & _AUTH_TYPES:
+    if status == 401 or names & _AUTH_TYPES or any(p in text for p in _AUTH_PHRASES):
         return AuthenticationError
     if status == 429 or names & _RATE_LIMIT_TYPES:
         return RateLimitError

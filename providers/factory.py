@@ -31,9 +31,10 @@ if TYPE_CHECKING:
 _CLIENT_CLASSES: dict[str, tuple[str, str]] = {
     OPENAI_COMPLETIONS: ("providers.wire.openai_completions", "OpenAICompletionsClient"),
     ANTHROPIC_MESSAGES: ("providers.wire.anthropic_messages", "AnthropicMessagesClient"),
+    BEDROCK_CONVERSE: ("providers.wire.bedrock_converse", "BedrockConverseClient"),
+    OPENAI_RESPONSES: ("providers.wire.openai_responses", "OpenAIResponsesClient"),
+    GEMINI: ("providers.wire.gemini", "GeminiClient"),
 }
-# Declared in the registry's vocabulary, translated in a later issue.
-_PLANNED_APIS = frozenset({OPENAI_RESPONSES, GEMINI, BEDROCK_CONVERSE})
 
 
 def build_provider_client(
@@ -62,19 +63,18 @@ def build_provider_client(
         )
     target = _CLIENT_CLASSES.get(descriptor.api)
     if target is None:
-        if descriptor.api in _PLANNED_APIS:
-            raise NotImplementedError(
-                f"Provider {name!r} speaks the {descriptor.api!r} wire API, "
-                "which is not implemented yet"
-            )
         raise ValueError(f"Provider {name!r} declares an unknown wire API {descriptor.api!r}")
     module_name, class_name = target
     client_class = getattr(importlib.import_module(module_name), class_name)
     profile = profile or {}
+    # A class declaring `takes_profile` also gets the whole profile (Bedrock's SigV4
+    # credentials and region are more than one key).
+    extra = {"profile": profile} if getattr(client_class, "takes_profile", False) else {}
     return client_class(
         descriptor,
         api_key=profile.get("api_key"),
         base_url=profile.get("base_url") or None,
         transport=transport,
         capabilities=capabilities,
+        **extra,
     )

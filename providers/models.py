@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.db.models.signals import m2m_changed, post_delete, post_save
+from django.dispatch import receiver
 
 from providers import crypto
 
@@ -59,3 +61,68 @@ class ProviderProfile(models.Model):
 
     def api_key(self) -> str:
         return crypto.decrypt(self.api_key_encrypted) if self.api_key_encrypted else ""
+
+
+class MatrixModel(models.Model):
+    """One row of the curated model matrix, managed by admins.
+
+    The provider layer reads these rows through `providers.matrix.curated_matrix()` (cached,
+    invalidated on every save/delete) as `providers.capabilities.CuratedModel`s. A capability
+    left empty means unknown, and a price left empty means unknown, not free: nothing here is
+    ever invented to fill a gap.
+    """
+
+    class Thinking(models.TextChoices):
+        BUDGET = "budget", "Token budget"
+        ADAPTIVE = "adaptive", "Adaptive"
+        EFFORT = "effort", "Effort level"
+
+    model_id = models.CharField(
+        "model id",
+        max_length=200,
+        unique=True,
+        help_text="Full id with the provider prefix, e.g. anthropic:claude-sonnet-4-5.",
+    )
+    label = models.CharField(max_length=200)
+    provider = models.CharField(max_length=50)
+    vision = models.BooleanField(null=True, blank=True)
+    pdf = models.BooleanField("PDF input", null=True, blank=True)
+    tools = models.BooleanField(null=True, blank=True)
+    reasoning = models.BooleanField(null=True, blank=True)
+    thinking = models.CharField(
+        max_length=20, choices=Thinking.choices, blank=True, help_text="How it takes a budget."
+    )
+    context_window = models.PositiveIntegerField(null=True, blank=True)
+    max_output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # Per million tokens, one price per non-overlapping TokenUsage bucket.
+    price_input = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
+    price_output = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
+    price_cache_read = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
+    price_cache_write = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
+    enabled = models.BooleanField(default=True, help_text="Offered in the model picker.")
+    order = models.PositiveIntegerField(default=0)
+    groups = models.ManyToManyField(
+        "auth.Group",
+        blank=True,
+        related_name="curated_models",
+        help_text="Teams that may pick this model; none selected means everyone.",
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["order", "label"]
+        verbose_name = "curated model"
+        verbose_name_plural = "curated model matrix"
+
+    def __str__(self) -> str:
+        return self.label or self.model_id
+
+
+@receiver(post_save, sender=MatrixModel)
+@receiver(post_delete, sender=MatrixModel)
+@receiver(m2m_changed, sender=MatrixModel.groups.through)
+def _matrix_changed(**kwargs: object) -> None:
+    """Any change to the matrix makes every process reload it (providers.matrix)."""
+    from providers.matrix import invalidate
+
+    invalidate()

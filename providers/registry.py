@@ -32,6 +32,11 @@ class CompatFlags:
     tool_result_name: bool = False
     # Function definitions accept `strict`.
     strict_tools: bool = True
+    # How the request carries `reasoning_effort` (see providers/reasoning.py): None (no
+    # field), "reasoning_effort" (top-level level string), "reasoning" ({"effort": ...}).
+    reasoning_effort_param: str | None = None
+    # The value that switches reasoning off, where the vendor has one for every model.
+    reasoning_effort_off: str | None = None
 
 
 @dataclass(frozen=True)
@@ -67,9 +72,15 @@ register(
     ProviderDescriptor(
         name="openai",
         label="OpenAI",
-        api=OPENAI_COMPLETIONS,
+        # Responses, not Chat Completions: reasoning + tools at real effort levels (seed
+        # 000). The compat flags stay for anything that still speaks Completions to it.
+        api=OPENAI_RESPONSES,
         default_base_url="https://api.openai.com/v1",
-        compat=CompatFlags(developer_role=True, max_tokens_field="max_completion_tokens"),
+        compat=CompatFlags(
+            developer_role=True,
+            max_tokens_field="max_completion_tokens",
+            reasoning_effort_param="reasoning_effort",
+        ),
     )
 )
 register(
@@ -116,7 +127,11 @@ register(
         label="Groq",
         api=OPENAI_COMPLETIONS,
         default_base_url="https://api.groq.com/openai/v1",
-        compat=CompatFlags(reasoning_field="reasoning", strict_tools=False),
+        compat=CompatFlags(
+            reasoning_field="reasoning",
+            strict_tools=False,
+            reasoning_effort_param="reasoning_effort",
+        ),
     )
 )
 register(
@@ -125,7 +140,12 @@ register(
         label="OpenRouter",
         api=OPENAI_COMPLETIONS,
         default_base_url="https://openrouter.ai/api/v1",
-        compat=CompatFlags(reasoning_field="reasoning", strict_tools=False),
+        compat=CompatFlags(
+            reasoning_field="reasoning",
+            strict_tools=False,
+            reasoning_effort_param="reasoning",
+            reasoning_effort_off="none",
+        ),
     )
 )
 register(
@@ -143,6 +163,29 @@ register(
         label="xAI",
         api=OPENAI_COMPLETIONS,
         default_base_url="https://api.x.ai/v1",
-        compat=CompatFlags(reasoning_field="reasoning_content"),
+        compat=CompatFlags(
+            reasoning_field="reasoning_content", reasoning_effort_param="reasoning_effort"
+        ),
+    )
+)
+register(
+    ProviderDescriptor(
+        name="bedrock",
+        label="Amazon Bedrock",
+        api=BEDROCK_CONVERSE,
+        # `{region}` is filled from the profile's `region` (providers/wire/bedrock_converse.py).
+        default_base_url="https://bedrock-runtime.{region}.amazonaws.com",
+        # A Bedrock API key as a bearer token, or SigV4 with an access key pair.
+        auth="sigv4",
+    )
+)
+register(
+    ProviderDescriptor(
+        name="gemini",
+        label="Google Gemini",
+        api=GEMINI,
+        default_base_url="https://generativelanguage.googleapis.com/v1beta",
+        # The key as a header: the transport refuses keys in the query string.
+        auth="x-goog-api-key",
     )
 )

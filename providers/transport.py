@@ -31,6 +31,7 @@ import httpx
 
 from .cancel import CancelToken
 from .errors import (
+    OutboundBlockedError,
     ProviderError,
     RequestCancelled,
     StreamError,
@@ -50,7 +51,14 @@ MAX_ERROR_BODY_BYTES = 64 * 1024
 # Non-streaming replies can carry images or long outputs; past this it is not a reply.
 MAX_JSON_BODY_BYTES = 64 * 1024 * 1024
 SENSITIVE_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key"}
+    {
+        "authorization",
+        "proxy-authorization",
+        "x-api-key",
+        "api-key",
+        "x-goog-api-key",
+        "x-amz-security-token",
+    }
 )
 # httpx logs every request URL at INFO, so a key must never travel in the query string.
 SENSITIVE_QUERY_PARAMS = frozenset({"key", "api_key", "apikey", "access_token"})
@@ -171,10 +179,24 @@ def _safe_url(url: str) -> str:
     return str(parsed.copy_with(query=None, fragment=None, userinfo=b""))
 
 
+def _parse_url(url: str) -> httpx.URL:
+    """`url` parsed, or `OutboundBlockedError`. Base URLs are user-set: one that does not
+    parse (`0177.0.0.1`, a backslash, a control character) is refused like any other bad
+    target, as a typed error the engine turns into a friendly message, never a raw
+    `httpx.InvalidURL`. The same string rules as the guard's, which only sees parsed URLs."""
+    if "\\" in url or any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
+        raise OutboundBlockedError("backslashes, whitespace or control characters in the URL")
+    try:
+        return httpx.URL(url)
+    except (httpx.InvalidURL, ValueError, TypeError) as exc:
+        raise OutboundBlockedError(f"not a valid URL: {exc}") from None
+
+
 def _secrets(url: str, headers: Mapping[str, str]) -> tuple[str, ...]:
     """The key material of a request, for redaction. Refuses keys in the URL (they would
-    be logged by httpx and kept in access logs): wire modules send keys as headers."""
-    for name in httpx.URL(url).params:
+    be logged by httpx and kept in access logs): wire modules send keys as headers.
+    Parses `url` first (`_parse_url`): every request method starts here."""
+    for name in _parse_url(url).params:
         if name.lower() in SENSITIVE_QUERY_PARAMS:
             raise ValueError(f"send the {name!r} credential as a header, not in the URL")
     found: list[str] = []
@@ -291,6 +313,41 @@ class Transport:
                 return
             except SSEProtocolError as exc:
                 raise StreamError(str(exc)) from None
+            except ProviderError as error:
+                if yielded:
+                    raise
+                attempt = self._before_retry(error, attempt, url, cancel)
+
+    def stream_bytes(
+        self,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        body: dict[str, Any],
+        model: str,
+        cancel: CancelToken | None = None,
+    ) -> Iterator[bytes]:
+        """POST `body` and yield the raw response body chunks as they arrive.
+
+        For streams that are not SSE (Bedrock's binary event stream): framing is the
+        caller's. Same retry and cancel rules as `stream_sse`: retried only while nothing
+        has been yielded; a connection lost mid-stream raises `StreamError`. The request
+        body is `encode_body(body)`, so a caller that signs the body signs those bytes.
+        """
+        content = encode_body(body)
+        secrets = _secrets(url, headers)
+        attempt = 0
+        while True:
+            yielded = False
+            try:
+                with self._exchange(url, headers, content, model, cancel, secrets) as response:
+                    for chunk in self._body_chunks(response, cancel, secrets):
+                        if cancel is not None and cancel.cancelled:
+                            raise RequestCancelled()
+                        if chunk:
+                            yielded = True
+                            yield chunk
+                return
             except ProviderError as error:
                 if yielded:
                     raise

@@ -17,7 +17,10 @@ from typing import Any
 
 from .. import errors
 from ..base import ProviderClient
+from ..cache_policy import CACHE_RETENTION_SETTING, apply_cache_policy
+from ..cache_spec import CacheSpec, get_cache_spec
 from ..context import build_context, content_parts, parse_data_url
+from ..reasoning import anthropic_thinking, effort_from
 from ..registry import ProviderDescriptor
 from ..types import AssistantTurn, Context, ModelCapabilities, StreamChunk, ToolCall
 from ..usage import merge_anthropic_usage, usage_from_anthropic
@@ -36,13 +39,18 @@ EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 # --- Context → request -------------------------------------------------------------------
 
 
-def _build_system(system_prompt: str | None) -> str | None:
-    """The system prompt as the top-level `system` string.
-
-    Seam: the cache policy (seed 002) will turn this into one text block carrying the
-    system breakpoint; nothing else needs to change for that.
+def _build_system(
+    system_prompt: str | None, cache_marker: dict[str, Any] | None = None
+) -> str | list[dict[str, Any]] | None:
+    """The system prompt as the top-level `system`: a string, or, with a cache marker, one
+    text block carrying the system breakpoint (it caches tools + system: tools render
+    first). `Context.system_prompt` is one string, so the mark covers the whole block.
     """
-    return system_prompt or None
+    if not system_prompt:
+        return None
+    if cache_marker is None:
+        return system_prompt
+    return [{"type": "text", "text": system_prompt, "cache_control": cache_marker}]
 
 
 def _has_text(text: Any) -> bool:
@@ -143,6 +151,10 @@ def _tool_result_block(message: Mapping[str, Any]) -> dict[str, Any]:
             block["content"] = inner
     if message.get("is_error"):
         block["is_error"] = True
+    # A cache breakpoint on the tool result (the policy's mark on a tool message), last so
+    # the bytes before it are the same whether or not the block is marked.
+    if message.get("cache_control"):
+        block["cache_control"] = message["cache_control"]
     return block
 
 
@@ -194,15 +206,67 @@ def _max_tokens(settings: Mapping[str, Any], capabilities: ModelCapabilities | N
     return DEFAULT_MAX_TOKENS
 
 
-def _thinking(settings: Mapping[str, Any], capabilities: ModelCapabilities | None) -> None:
-    """Seam for `reasoning_effort` → the `thinking` request field. Sends nothing today.
+def _thinking(
+    settings: Mapping[str, Any],
+    capabilities: ModelCapabilities | None,
+    *,
+    max_tokens: int,
+    messages: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """`reasoning_effort` → the body fields `thinking`, `output_config` and a raised
+    `max_tokens` (merged into the body; empty when no thinking is asked for).
 
-    The accepted shape depends on the model generation: `{"type": "enabled",
-    "budget_tokens": N}` on older models, `{"type": "adaptive"}` plus
-    `output_config.effort` on newer ones, each refused with a 400 by the other. Choosing
-    needs a per-model declaration in the curated matrix, not a guess from the name.
+    The shape follows `capabilities.thinking` (providers/reasoning.py): a budget for
+    Claude 3.7-4.5, adaptive thinking with an effort for 4.6 on, nothing when unknown.
+    A budget is left out for one request that continues a tool loop whose assistant
+    message does not open with a thinking block (its history came from another model,
+    or thinking was off): the API refuses exactly that combination with a 400 ("a final
+    assistant message must start with a thinking block"); adaptive thinking does not
+    demand the block.
     """
-    return None
+    plan = anthropic_thinking(effort_from(settings), capabilities, max_tokens=max_tokens)
+    if plan.thinking is None:
+        return {}
+    if plan.thinking.get("type") == "enabled" and _continues_unthought_tool_loop(messages):
+        return {}
+    fields: dict[str, Any] = {"max_tokens": plan.max_tokens, "thinking": plan.thinking}
+    if plan.output_config is not None:
+        fields["output_config"] = plan.output_config
+    return fields
+
+
+def _continues_unthought_tool_loop(messages: list[dict[str, Any]]) -> bool:
+    """The request answers tool calls of an assistant message that has no leading thinking
+    block (wire messages, after merging)."""
+    if len(messages) < 2 or messages[-1]["role"] != "user":
+        return False
+    if not any(block.get("type") == "tool_result" for block in messages[-1]["content"]):
+        return False
+    assistant = messages[-2]
+    blocks = assistant.get("content") or []
+    return assistant["role"] == "assistant" and (
+        not blocks or blocks[0].get("type") not in THINKING_TYPES
+    )
+
+
+def _apply_cache(
+    ctx: Context, spec: CacheSpec | None, settings: Mapping[str, Any], base_url: str | None
+) -> tuple[Context, dict[str, Any] | None]:
+    """The Context with the cache policy's breakpoints placed, and the system marker.
+
+    `spec` None leaves the Context as it is (callers' own marks still pass through).
+    """
+    if spec is None:
+        return ctx, None
+    plan = apply_cache_policy(
+        ctx.messages,
+        ctx.tools,
+        spec=spec,
+        retention=settings.get(CACHE_RETENTION_SETTING),
+        system=bool(ctx.system_prompt),
+        base_url=base_url,
+    )
+    return Context(ctx.system_prompt, plan.messages, plan.tools), plan.system
 
 
 def build_request(
@@ -213,19 +277,25 @@ def build_request(
     stream: bool,
     settings: Mapping[str, Any],
     capabilities: ModelCapabilities | None = None,
+    cache_spec: CacheSpec | None = None,
+    base_url: str | None = None,
 ) -> dict[str, Any]:
-    """The JSON body for `POST /v1/messages`. Key order is stable (byte-stable prefix)."""
+    """The JSON body for `POST /v1/messages`. Key order is stable (byte-stable prefix).
+
+    With `cache_spec` (the client passes its provider's declaration) the cache policy
+    places the breakpoints; `base_url` decides whether the long TTL may be asked for.
+    """
     max_tokens = _max_tokens(settings, capabilities)
     body: dict[str, Any] = {"model": model, "max_tokens": max_tokens}
-    system = _build_system(ctx.system_prompt)
+    ctx, system_marker = _apply_cache(ctx, cache_spec, settings, base_url)
+    system = _build_system(ctx.system_prompt, system_marker)
     if system is not None:
         body["system"] = system
     body["messages"] = _build_messages(ctx, model=model)
     if ctx.tools:
         body["tools"] = _build_tools(ctx.tools)
-    thinking = _thinking(settings, capabilities)
-    if thinking is not None:
-        body["thinking"] = thinking
+    # Updates `max_tokens` in place (its key keeps its position) when a budget needs room.
+    body.update(_thinking(settings, capabilities, max_tokens=max_tokens, messages=body["messages"]))
     # `temperature` is never sent: current models refuse it with a 400 ("deprecated for
     # this model") and the API's own default applies everywhere when it is absent.
     if stream:
@@ -486,6 +556,8 @@ class AnthropicMessagesClient(ProviderClient):
             stream=stream,
             settings=settings,
             capabilities=self._capabilities(model),
+            cache_spec=get_cache_spec(self.descriptor.name),
+            base_url=self.base_url,
         )
         return headers, body
 

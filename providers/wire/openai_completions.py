@@ -17,7 +17,10 @@ from typing import Any
 
 from .. import errors
 from ..base import ProviderClient
+from ..cache_policy import cache_request_fields, cache_request_headers
+from ..cache_spec import get_cache_spec
 from ..context import build_context, content_parts, content_text
+from ..reasoning import completions_reasoning_fields, effort_from
 from ..registry import CompatFlags, ProviderDescriptor
 from ..types import AssistantTurn, Context, ModelCapabilities, StreamChunk, ToolCall
 from ..usage import usage_from_openai
@@ -149,12 +152,27 @@ def _build_tools(tools: list[dict[str, Any]], compat: CompatFlags) -> list[dict[
 
 
 def _cache_fields(settings: Mapping[str, Any], descriptor: ProviderDescriptor) -> dict[str, Any]:
-    """Seam for automatic prompt caching (`prompt_cache_key` from `settings["cache_key"]`).
+    """Automatic prompt caching: the session's `settings["cache_key"]` under the body field
+    the provider's `cache.json` names (`prompt_cache_key` for OpenAI), nothing for vendors
+    that declare no key field: which vendors accept it is a declaration, not a guess."""
+    return cache_request_fields(get_cache_spec(descriptor.name), settings)
 
-    Deliberately empty until the cache declarations (`cache.json`, seed 002) exist: which
-    vendors accept the key is a per-provider declaration, not something to guess here.
-    """
-    return {}
+
+def _cache_headers(settings: Mapping[str, Any], descriptor: ProviderDescriptor) -> dict[str, str]:
+    """The cache key as a header, for vendors that declare one (xAI `x-grok-conv-id`)."""
+    return cache_request_headers(get_cache_spec(descriptor.name), settings)
+
+
+def _reasoning_fields(
+    settings: Mapping[str, Any],
+    descriptor: ProviderDescriptor,
+    capabilities: ModelCapabilities | None,
+) -> dict[str, Any]:
+    """`reasoning_effort` as the vendor's compat flags declare it (providers/reasoning.py):
+    top-level `reasoning_effort`, OpenRouter's `reasoning` object, or nothing."""
+    return completions_reasoning_fields(
+        effort_from(settings), compat=descriptor.compat, capabilities=capabilities
+    )
 
 
 def build_request(
@@ -164,8 +182,12 @@ def build_request(
     descriptor: ProviderDescriptor,
     stream: bool,
     settings: Mapping[str, Any],
+    capabilities: ModelCapabilities | None = None,
 ) -> dict[str, Any]:
-    """The JSON body for `POST /chat/completions`. Key order is stable (byte-stable prefix)."""
+    """The JSON body for `POST /chat/completions`. Key order is stable (byte-stable prefix).
+
+    `capabilities` (the model's) decide whether `reasoning_effort` may be sent at all.
+    """
     compat = descriptor.compat
     body: dict[str, Any] = {
         "model": model,
@@ -177,6 +199,7 @@ def build_request(
         body[compat.max_tokens_field] = int(settings["max_tokens"])
     if settings.get("temperature") is not None:
         body["temperature"] = settings["temperature"]
+    body.update(_reasoning_fields(settings, descriptor, capabilities))
     body.update(_cache_fields(settings, descriptor))
     if stream:
         body["stream"] = True
@@ -453,10 +476,18 @@ class OpenAICompletionsClient(ProviderClient):
         *,
         stream: bool,
     ) -> tuple[dict[str, str], dict[str, Any]]:
-        headers = auth_headers(self.descriptor, self._api_key)
+        headers = {
+            **auth_headers(self.descriptor, self._api_key),
+            **_cache_headers(settings, self.descriptor),
+        }
         ctx = build_context(messages, tools)
         body = build_request(
-            ctx, model=model, descriptor=self.descriptor, stream=stream, settings=settings
+            ctx,
+            model=model,
+            descriptor=self.descriptor,
+            stream=stream,
+            settings=settings,
+            capabilities=self._capabilities(model),
         )
         return headers, body
 

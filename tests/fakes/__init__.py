@@ -11,7 +11,10 @@ Run one beside other processes with `python -m tests.fakes --provider openai --p
 from __future__ import annotations
 
 from .anthropic_messages import AnthropicMessagesFake
+from .bedrock import BedrockFake
+from .gemini import GeminiFake
 from .openai_chat import OpenAIChatFake
+from .openai_responses import OpenAIResponsesFake
 from .script import (
     Reply,
     Script,
@@ -37,14 +40,20 @@ from .server import Disconnect, FakeServer, RecordedRequest
 FAKES: dict[str, type[FakeServer]] = {
     "openai": OpenAIChatFake,
     "anthropic": AnthropicMessagesFake,
+    "bedrock": BedrockFake,
+    "openai-responses": OpenAIResponsesFake,
+    "gemini": GeminiFake,
 }
 
 __all__ = [
     "FAKES",
     "AnthropicMessagesFake",
+    "BedrockFake",
     "Disconnect",
     "FakeServer",
+    "GeminiFake",
     "OpenAIChatFake",
+    "OpenAIResponsesFake",
     "RecordedRequest",
     "Reply",
     "Script",

@@ -10,6 +10,14 @@ ping, message_delta, message_stop, or `event: error`), checked in tests against 
 Thinking blocks are signed with an HMAC of their text, and a thinking block sent back
 with a signature that does not match is refused like the real API refuses a modified
 block: a client that edits or drops signatures fails here, not in production.
+
+`simulate_cache=True` meters prompt caching the way the API does: the prompt renders as
+tools, then system, then messages; a block carrying `cache_control` is a breakpoint; the
+prefix up to a breakpoint is written to the cache (when at least `cache_min_tokens`
+long) and reported as `cache_creation_input_tokens`; a later request whose prefix up to a
+breakpoint (or up to CACHE_LOOKBACK_BLOCKS blocks before it) was written reads it back as
+`cache_read_input_tokens`. The marks themselves are not part of the cached content, so a
+breakpoint that moves on does not change the prefix before it.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from .script import (
     Step,
     Text,
     ToolCall,
+    Usage,
 )
 from .server import (
     CHARS_PER_TOKEN,
@@ -52,6 +61,12 @@ DEFAULT_MODELS = ("claude-fake",)
 SIGNING_KEY = b"openworker-fake-thinking-signature"
 # The API's floor for an extended-thinking budget.
 MIN_THINKING_BUDGET = 1024
+# The API refuses a request with more blocks carrying cache_control than this.
+MAX_CACHE_BREAKPOINTS = 4
+# How far back from a breakpoint the API looks for an earlier cache entry.
+CACHE_LOOKBACK_BLOCKS = 20
+# Smallest cacheable prefix of the Sonnet/Opus models; shorter ones silently don't cache.
+DEFAULT_CACHE_MIN_TOKENS = 1024
 
 _STOP_REASONS = {STOP_END: "end_turn", STOP_TOOL_USE: "tool_use", STOP_MAX_TOKENS: "max_tokens"}
 
@@ -113,9 +128,53 @@ class AnthropicMessagesFake(FakeServer):
     api_prefix = ""
     provider = "anthropic"
 
-    def __init__(self, *, strict_roles: bool = False, **options: Any) -> None:
+    def __init__(
+        self,
+        *,
+        strict_roles: bool = False,
+        cache_min_tokens: int = DEFAULT_CACHE_MIN_TOKENS,
+        **options: Any,
+    ) -> None:
         super().__init__(**options)
         self.strict_roles = strict_roles
+        self.cache_min_tokens = cache_min_tokens
+        self._cached_prefixes: set[str] = set()
+
+    # -- prompt-cache simulation ------------------------------------------------------
+
+    def cached_usage(self, body: dict[str, Any], output_text: str) -> Usage:
+        """Fresh input, cache read and cache write for one request (see the module doc)."""
+        units = cache_units(body)
+        running = hashlib.sha256(str(body.get("model", "")).encode())
+        digests: list[str] = []
+        totals: list[int] = []
+        total = 0
+        for canonical, _ in units:
+            running.update(canonical.encode() + b"\x00")
+            digests.append(running.hexdigest())
+            total += max(1, math.ceil(len(canonical) / CHARS_PER_TOKEN))
+            totals.append(total)
+        breakpoints = [position for position, (_, marked) in enumerate(units) if marked]
+        read = 0
+        for point in breakpoints:
+            for position in range(point, max(-1, point - CACHE_LOOKBACK_BLOCKS), -1):
+                if digests[position] in self._cached_prefixes:
+                    read = max(read, totals[position])
+                    break
+        written_to = read
+        for point in breakpoints:
+            if totals[point] >= self.cache_min_tokens and totals[point] > read:
+                self._cached_prefixes.add(digests[point])
+                written_to = max(written_to, totals[point])
+        return Usage(
+            input=total - written_to,
+            output=self.output_tokens(output_text),
+            cache_read=read,
+            cache_write=written_to - read,
+        )
+
+    def reset_cache(self) -> None:
+        self._cached_prefixes.clear()
 
     # -- routing --------------------------------------------------------------------
 
@@ -246,6 +305,12 @@ class AnthropicMessagesFake(FakeServer):
                 return invalid(f"tools.{position}.name: Field required")
             if tool.get("type") in (None, "custom") and "input_schema" not in tool:
                 return invalid(f"tools.{position}.custom.input_schema: Field required")
+        marks = count_cache_marks(body)
+        if marks > MAX_CACHE_BREAKPOINTS:
+            return invalid(
+                f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be "
+                f"provided. Found {marks}."
+            )
         return self._check_messages(messages, invalid)
 
     def _check_messages(self, messages: list[Any], invalid: Any) -> dict[str, Any] | None:
@@ -291,6 +356,47 @@ class AnthropicMessagesFake(FakeServer):
             previous_tool_uses = [b.get("id") for b in blocks if _is_block(b, "tool_use")]
             previous_role = role
         return None
+
+
+def count_cache_marks(value: Any) -> int:
+    """How many objects anywhere in `value` carry `cache_control` (the API's count)."""
+    if isinstance(value, dict):
+        own = 1 if value.get("cache_control") else 0
+        return own + sum(count_cache_marks(v) for k, v in value.items() if k != "cache_control")
+    if isinstance(value, list):
+        return sum(count_cache_marks(item) for item in value)
+    return 0
+
+
+def _without_marks(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_marks(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_without_marks(item) for item in value]
+    return value
+
+
+def cache_units(body: dict[str, Any]) -> list[tuple[str, bool]]:
+    """The prompt as cacheable units in render order (tools, system, message blocks):
+    each unit's canonical JSON without cache marks, and whether it carried a mark."""
+    units: list[tuple[Any, bool]] = []
+    for tool in body.get("tools") or []:
+        units.append((["tool", _without_marks(tool)], count_cache_marks(tool) > 0))
+    system = body.get("system")
+    if isinstance(system, str) and system:
+        units.append((["system", {"type": "text", "text": system}], False))
+    elif isinstance(system, list):
+        for block in system:
+            units.append((["system", _without_marks(block)], count_cache_marks(block) > 0))
+    for position, message in enumerate(body.get("messages") or []):
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        for block in blocks if isinstance(blocks, list) else []:
+            unit = [position, message.get("role"), _without_marks(block)]
+            units.append((unit, count_cache_marks(block) > 0))
+    return [(json.dumps(unit, sort_keys=True), marked) for unit, marked in units]
 
 
 def _is_block(block: Any, kind: str) -> bool:

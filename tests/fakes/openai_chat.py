@@ -6,10 +6,18 @@ Ollama's /v1, OpenRouter...).
 (checked in tests against the `openai` SDK's pydantic types). Reasoning goes out as
 `delta.reasoning_content` (DeepSeek) or `delta.reasoning` (OpenRouter, Ollama) per
 `reasoning_field`. `api_key=None` accepts any or no Authorization (Ollama).
+
+`simulate_cache=True` meters automatic prefix caching the way OpenAI does: no marks, the
+longest prefix this request shares with any earlier one (model, tools, then messages) is
+served from cache once it reaches CACHE_MIN_TOKENS, counted in CACHE_BLOCK_TOKENS steps,
+and reported as `prompt_tokens_details.cached_tokens` (a part of `prompt_tokens`).
+Nothing is ever reported as a cache write. `cache_keys` records each `prompt_cache_key`.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import secrets
 import time
 from typing import Any
@@ -25,8 +33,10 @@ from .script import (
     Step,
     Text,
     ToolCall,
+    Usage,
 )
 from .server import (
+    CHARS_PER_TOKEN,
     Event,
     Exchange,
     FakeServer,
@@ -40,6 +50,9 @@ from .server import (
 SYSTEM_FINGERPRINT = "fp_fake0001"
 DEFAULT_MODELS = ("gpt-fake",)
 REASONING_FIELDS = ("reasoning_content", "reasoning")
+# Automatic caching starts at 1024 prompt tokens and then grows in 128-token increments.
+CACHE_MIN_TOKENS = 1024
+CACHE_BLOCK_TOKENS = 128
 
 _FINISH_REASONS = {STOP_END: "stop", STOP_TOOL_USE: "tool_calls", STOP_MAX_TOKENS: "length"}
 
@@ -143,6 +156,34 @@ class OpenAIChatFake(FakeServer):
         self.reasoning_field = reasoning_field
         # False: ignore stream_options.include_usage and omit usage (some compat vendors).
         self.report_usage = report_usage
+        self.cache_keys: list[str | None] = []
+        self._cached_prompts: list[str] = []
+
+    # -- prompt-cache simulation ------------------------------------------------------
+
+    def cached_usage(self, body: dict[str, Any], output_text: str) -> Usage:
+        """The longest prefix shared with an earlier request, rounded down to the cache's
+        granularity, as cache read; the rest as fresh input."""
+        self.cache_keys.append(body.get("prompt_cache_key"))
+        prompt = json.dumps(
+            [body.get("model"), body.get("tools"), body.get("messages")],
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+        total = max(1, math.ceil(len(prompt) / CHARS_PER_TOKEN))
+        shared = max(
+            (shared_prefix(prompt, seen) for seen in self._cached_prompts),
+            default=0,
+        )
+        self._cached_prompts.append(prompt)
+        cached = cached_tokens(shared // CHARS_PER_TOKEN)
+        return Usage(
+            input=total - cached, output=self.output_tokens(output_text), cache_read=cached
+        )
+
+    def reset_cache(self) -> None:
+        self._cached_prompts.clear()
+        self.cache_keys.clear()
 
     # -- routing --------------------------------------------------------------------
 
@@ -394,6 +435,28 @@ class ChatRenderer:
         if self.fake.report_usage:
             completion["usage"] = usage_object(self.usage)
         return completion
+
+
+def shared_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix of two strings (a binary search over slice
+    comparisons: long prompts compare in C, not a character at a time in Python)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def cached_tokens(shared_tokens: int) -> int:
+    """Tokens served from cache for a shared prefix of `shared_tokens`: none below the
+    minimum, then the minimum plus whole blocks."""
+    if shared_tokens < CACHE_MIN_TOKENS:
+        return 0
+    blocks = (shared_tokens - CACHE_MIN_TOKENS) // CACHE_BLOCK_TOKENS
+    return CACHE_MIN_TOKENS + blocks * CACHE_BLOCK_TOKENS
 
 
 def usage_object(usage: ResolvedUsage) -> dict[str, Any]:

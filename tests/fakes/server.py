@@ -346,7 +346,9 @@ class FakeServer:
 
     `requests` and `disconnects` are appended from handler threads (list appends are
     atomic); `disconnected` is set on the first client disconnect. `usage_for` may be
-    given to replace the default chars/4 estimate (the prefix-cache simulation hook).
+    given to replace the default chars/4 estimate. `simulate_cache=True` reports prompt
+    caching the way the provider does (`cached_usage`, per subclass): opt-in per instance,
+    so every other test keeps the plain estimate.
     """
 
     # Path prefix of the API under the root URL; `base_url` is what the SDK expects.
@@ -364,6 +366,7 @@ class FakeServer:
         usage_for: Callable[[RecordedRequest, str], Usage] | None = None,
         framing: str = "chunked",
         port: int = 0,
+        simulate_cache: bool = False,
     ) -> None:
         if framing not in ("chunked", "close"):
             raise ValueError("framing is 'chunked' or 'close'")
@@ -378,6 +381,9 @@ class FakeServer:
         self.disconnected = threading.Event()
         self.stopping = threading.Event()
         self._usage_hook = usage_for
+        self.simulate_cache = simulate_cache
+        # Handler threads answer concurrently; the prefix cache is read and written as one.
+        self._cache_lock = threading.Lock()
         self._port = port
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
@@ -466,6 +472,9 @@ class FakeServer:
         if self._usage_hook is not None:
             return self._usage_hook(request, output_text)
         body = request.body if isinstance(request.body, dict) else {}
+        if self.simulate_cache:
+            with self._cache_lock:
+                return self.cached_usage(body, output_text)
         prompt = json.dumps(self.prompt_parts(body), sort_keys=True)
         return Usage(
             input=max(1, math.ceil(len(prompt) / CHARS_PER_TOKEN)),
@@ -491,6 +500,23 @@ class FakeServer:
             cache_write=scripted.cache_write,
             reasoning=reasoning,
         )
+
+    # -- prompt-cache simulation ------------------------------------------------------
+
+    def cached_usage(self, body: dict[str, Any], output_text: str) -> Usage:
+        """Usage with this provider's prompt caching applied to `body`, updating the cache.
+
+        Called under the cache lock, once per model request. Subclasses that simulate
+        caching override it together with `reset_cache`.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not simulate prompt caching")
+
+    def reset_cache(self) -> None:
+        """Forget every cached prefix (also done by POST /_fake/clear)."""
+
+    @staticmethod
+    def output_tokens(output_text: str) -> int:
+        return max(1, math.ceil(len(output_text) / CHARS_PER_TOKEN))
 
     # -- subclass interface ---------------------------------------------------------
 
@@ -612,6 +638,8 @@ class FakeServer:
                 self.disconnects.clear()
             self.disconnected.clear()
             self.script.clear()
+            with self._cache_lock:
+                self.reset_cache()
             exchange.send_json(200, {"cleared": True})
         else:
             exchange.send_json(404, {"error": f"no control endpoint {request.path}"})

@@ -80,6 +80,20 @@ def validate_anthropic_request(body: dict[str, Any], *, extra_fields: Iterable[s
     _validate(params_type, body, extra_fields)
 
 
+def validate_openai_responses_request(
+    body: dict[str, Any], *, extra_fields: Iterable[str] = ()
+) -> None:
+    """Raise RequestValidationError unless `body` is a valid Responses API request."""
+    from openai.types.responses import response_create_params as params
+
+    params_type = (
+        params.ResponseCreateParamsStreaming
+        if body.get("stream")
+        else params.ResponseCreateParamsNonStreaming
+    )
+    _validate(params_type, body, extra_fields)
+
+
 @functools.cache
 def _adapter(kind: str) -> TypeAdapter[Any]:
     if kind == "anthropic":
@@ -104,3 +118,71 @@ def validate_anthropic_event(event: dict[str, Any]) -> None:
 
 def validate_openai_chunk(chunk: dict[str, Any]) -> None:
     _adapter("openai").validate_python(chunk)
+
+
+@functools.cache
+def _responses_event_adapter() -> TypeAdapter[Any]:
+    from openai.types.responses import ResponseStreamEvent
+
+    return TypeAdapter(ResponseStreamEvent)
+
+
+def validate_openai_responses_event(event: dict[str, Any]) -> None:
+    """Validate one streamed Responses event against the SDK's `ResponseStreamEvent`."""
+    _responses_event_adapter().validate_python(event)
+
+
+# Top-level fields of a generateContent request (the SDK builds them from its config, so it
+# has no single request type to validate against).
+GEMINI_REQUEST_KEYS = frozenset(
+    {
+        "contents",
+        "tools",
+        "toolConfig",
+        "safetySettings",
+        "systemInstruction",
+        "generationConfig",
+        "cachedContent",
+    }
+)
+
+
+def gemini_request_problem(body: dict[str, Any]) -> str | None:
+    """What the `google-genai` types refuse in a generateContent body (camelCase, as on the
+    wire), or None: unknown top-level keys, then `contents` and `systemInstruction` as
+    `Content`, `tools` as `Tool`, `generationConfig` as `GenerationConfig` (every SDK
+    model forbids unknown keys)."""
+    from google.genai import types
+
+    unknown = sorted(set(body) - GEMINI_REQUEST_KEYS)
+    if unknown:
+        return f'Invalid JSON payload received. Unknown name "{unknown[0]}": Cannot find field.'
+    try:
+        for content in body.get("contents") or []:
+            types.Content.model_validate(content)
+        if body.get("systemInstruction") is not None:
+            types.Content.model_validate(body["systemInstruction"])
+        for tool in body.get("tools") or []:
+            types.Tool.model_validate(tool)
+        if body.get("generationConfig") is not None:
+            types.GenerationConfig.model_validate(body["generationConfig"])
+    except ValidationError as exc:
+        return f"Invalid JSON payload received. {exc}"
+    return None
+
+
+def validate_gemini_request(body: dict[str, Any]) -> None:
+    """Raise RequestValidationError unless `body` is a valid generateContent request."""
+    problem = gemini_request_problem(body)
+    if problem is not None:
+        raise RequestValidationError(problem)
+
+
+def validate_gemini_response(chunk: dict[str, Any]) -> None:
+    """Validate one streamed chunk (or a whole reply) as a `GenerateContentResponse`.
+
+    The SDK's models forbid unknown keys, so a misspelt field fails here too.
+    """
+    from google.genai import types
+
+    types.GenerateContentResponse.model_validate(chunk)

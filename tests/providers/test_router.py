@@ -16,9 +16,6 @@ from providers.capabilities import CuratedModel, Prices
 from providers.errors import OutboundBlockedError
 from providers.factory import build_provider_client
 from providers.registry import (
-    BEDROCK_CONVERSE,
-    GEMINI,
-    OPENAI_RESPONSES,
     ProviderDescriptor,
     get_descriptor,
 )
@@ -472,7 +469,7 @@ def test_factory_accepts_a_missing_profile(monkeypatch):
         monkeypatch, "providers.wire.openai_completions", "OpenAICompletionsClient"
     )
     build_provider_client(
-        "openai", None, None, transport=FakeTransport(), capabilities=lambda m: None
+        "deepseek", None, None, transport=FakeTransport(), capabilities=lambda m: None
     )
     assert (made[0]["api_key"], made[0]["base_url"]) == (None, None)
 
@@ -486,15 +483,23 @@ def test_factory_names_the_registered_providers_for_an_unknown_one():
     assert "ollama" in str(info.value)
 
 
-@pytest.mark.parametrize("api", [OPENAI_RESPONSES, GEMINI, BEDROCK_CONVERSE])
-def test_factory_says_plainly_that_a_planned_wire_api_is_not_implemented(monkeypatch, api):
-    descriptor = ProviderDescriptor(name="later", api=api, default_base_url="https://x.test")
+def test_factory_refuses_a_descriptor_with_an_unknown_wire_api(monkeypatch):
+    descriptor = ProviderDescriptor(
+        name="later", api="smoke-signals", default_base_url="https://x.test"
+    )
     monkeypatch.setitem(registry._DESCRIPTORS, "later", descriptor)
 
-    with pytest.raises(NotImplementedError, match=api):
+    with pytest.raises(ValueError, match="smoke-signals"):
         build_provider_client(
             "later", {}, None, transport=FakeTransport(), capabilities=lambda m: None
         )
+
+
+@pytest.mark.parametrize("name", ["openai", "anthropic", "gemini", "bedrock", "ollama"])
+def test_every_registered_wire_api_has_a_client(name):
+    from providers.factory import _CLIENT_CLASSES
+
+    assert registry.get_descriptor(name).api in _CLIENT_CLASSES
 
 
 # --- end to end through the real factory, wire clients and transport ---------------------
