@@ -447,8 +447,12 @@ class _TurnRun:
 
 
 def _tool_policy_overrides() -> dict[str, str]:
-    """Admin overrides of tool policies (the admin issue adds the table)."""
-    return dict(getattr(settings, "TOOL_POLICY_OVERRIDES", {}) or {})
+    """Tool policy overrides: the settings' defaults, then the admins' ToolPolicy rows."""
+    from sessions.models import ToolPolicy
+
+    overrides = dict(getattr(settings, "TOOL_POLICY_OVERRIDES", {}) or {})
+    overrides.update(ToolPolicy.objects.values_list("tool", "policy"))
+    return overrides
 
 
 def _call_dict(call: ToolCall) -> dict[str, Any]:

@@ -10,14 +10,19 @@ from providers.secret_store import UserSecretStore
 
 
 def curated_matrix() -> dict:
-    """The admin-managed curated model matrix (empty until the admin issue lands)."""
-    return {}
+    """The admin-managed curated model matrix (providers.matrix: cached, invalidated on change)."""
+    from providers.matrix import curated_matrix as table
+
+    return table()
 
 
 def router_for_user(user_id: int) -> ProviderRouter:
     return ProviderRouter(
         UserSecretStore(user_id),
-        matrix=curated_matrix,
+        # A snapshot taken here, in sync code: the engine asks for capabilities from its
+        # event loop, where the ORM may not run. One router per turn, so an edit applies
+        # to the next turn.
+        matrix=curated_matrix(),
         embedded=not settings.DISTRIBUTED,
         default_provider=settings.DEFAULT_PROVIDER,
     )

@@ -5,6 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from openworker import views
+from sessions import admin_views
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
@@ -24,6 +25,12 @@ urlpatterns = [
         auth_views.PasswordChangeDoneView.as_view(),
         name="password_change_done",
     ),
+    path(
+        "accounts/set-password/<uidb64>/<token>/",
+        admin_views.account_set_password,
+        name="account_set_password",
+    ),
     path("admin/", admin.site.urls),
+    path("", include("providers.urls")),
     path("", include("sessions.urls")),
 ]

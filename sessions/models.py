@@ -390,3 +390,29 @@ class ExportJob(models.Model):
         if self.status == self.Status.COMPLETED:
             return 100
         return int(100 * self.rows_done / self.rows_total) if self.rows_total else 0
+
+
+class UserPreferences(models.Model):
+    """A user's own settings in the web app (provider keys live in providers.ProviderProfile)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="preferences"
+    )
+    # Model new sessions start with; empty: the site default (OPENWORKER_DEFAULT_MODEL).
+    default_model = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "user preferences"
+
+    def __str__(self) -> str:
+        return f"Preferences of user {self.user_id}"
+
+
+class UsageReport(Turn):
+    """The usage dashboard's place in the admin (a proxy: no table of its own)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "usage report"
+        verbose_name_plural = "usage dashboard"

@@ -91,3 +91,133 @@ def checkpoint_payload(checkpoint: CompactionCheckpoint) -> dict[str, Any]:
 
 def session_checkpoints(*, session: Session) -> list[CompactionCheckpoint]:
     return list(CompactionCheckpoint.objects.filter(session=session).order_by("created_at"))
+
+
+# --- the web app's reads ---------------------------------------------------------------
+
+# The chat page opens on this many messages; older ones come on request ("load earlier"),
+# so a 5,000-message session costs the same queries and roughly the same HTML as a short one.
+MESSAGE_WINDOW = 100
+
+
+def session_list_page(
+    *, user: AbstractBaseUser, query: str = "", archived: bool = False
+) -> QuerySet[Session]:
+    """The user's sessions, newest first, optionally filtered by a search (sessions.search)."""
+    from sessions.search import session_search
+
+    sessions = Session.objects.filter(owner=user, archived=archived).order_by("-updated_at")
+    return session_search(sessions=sessions, query=query)
+
+
+def messages_window(
+    *, session: Session, before: int | None = None, after: int | None = None, limit: int = 0
+) -> tuple[list[Message], bool]:
+    """Up to `limit` messages in transcript order and whether older ones exist.
+
+    `before`: the newest messages with seq < before (the default window is the latest);
+    `after`: the oldest messages with seq > after (a live page catching up). One query:
+    one row beyond the limit is read to know whether there is more.
+    """
+    limit = limit or MESSAGE_WINDOW
+    rows = Message.objects.filter(session=session)
+    if after is not None:
+        found = list(rows.filter(seq__gt=after).order_by("seq")[: limit + 1])
+        return found[:limit], len(found) > limit
+    if before is not None:
+        rows = rows.filter(seq__lt=before)
+    newest_first = list(rows.order_by("-seq")[: limit + 1])
+    more = len(newest_first) > limit
+    return list(reversed(newest_first[:limit])), more
+
+
+def turns_by_id(*, session: Session, turn_ids: set[Any]) -> dict[str, Turn]:
+    ids = {t for t in turn_ids if t}
+    if not ids:
+        return {}
+    return {str(t.pk): t for t in Turn.objects.filter(session=session, pk__in=ids)}
+
+
+def session_last_turn(*, session: Session) -> Turn | None:
+    return Turn.objects.filter(session=session).order_by("-created_at").first()
+
+
+def checkpoints_between(*, session: Session, first_seq: int, last_seq: int) -> list[Any]:
+    """Compaction checkpoints whose boundary falls inside a rendered window."""
+    return list(
+        CompactionCheckpoint.objects.filter(
+            session=session, boundary_seq__gte=first_seq, boundary_seq__lte=last_seq
+        ).order_by("boundary_seq", "created_at")
+    )
+
+
+def session_cost(*, session: Session) -> Any:
+    """The session's total cost (0 before any priced call), or None when any model call of
+    it had an unknown price (a partial sum would under-report; the page hides it instead)."""
+    from django.db.models import Count, Q, Sum
+
+    from decimal import Decimal
+
+    totals = Turn.objects.filter(session=session).aggregate(
+        total=Sum("cost"),
+        unknown=Count("pk", filter=Q(cost__isnull=True, steps__gt=0)),
+    )
+    if totals["unknown"]:
+        return None
+    return totals["total"] or Decimal(0)
+
+
+def user_default_model(*, user: AbstractBaseUser) -> str:
+    from sessions.models import UserPreferences
+
+    chosen = (
+        UserPreferences.objects.filter(user=user).values_list("default_model", flat=True).first()
+    )
+    return chosen or settings.DEFAULT_MODEL
+
+
+def attachment_kinds(*, session: Session) -> list[dict[str, Any]]:
+    """The user messages that carry attachments, as small canonical dicts (content only):
+    what `openworker.degradation.degradation_note` needs, without loading the transcript."""
+    out = []
+    contents = (
+        Message.objects.filter(session=session, role=Message.Role.USER)
+        .values_list("content", flat=True)
+        .iterator(chunk_size=500)
+    )
+    for content in contents:
+        if isinstance(content, list):
+            parts = [
+                {"type": p.get("type")}
+                for p in content
+                if isinstance(p, dict) and p.get("type") in ("image_url", "file")
+            ]
+            if parts:
+                out.append({"role": "user", "content": parts})
+    return out
+
+
+def session_export_messages(*, session: Session) -> Any:
+    """Every message of the session in order, streamed from the database (exports)."""
+    return Message.objects.filter(session=session).order_by("seq").iterator(chunk_size=500)
+
+
+def model_choices(*, user: AbstractBaseUser) -> list[Any]:
+    """The curated models this user may pick (`CuratedModel`s, admin order), from
+    `openworker.llm.curated_matrix()`; rows restricted to teams the user is not in are
+    left out."""
+    from openworker.llm import curated_matrix
+
+    table = curated_matrix()
+    allowed: set[str] | None = None
+    try:
+        from providers.matrix import models_for_user
+    except ImportError:  # the admin table not installed: every enabled row is offered
+        models_for_user = None
+    if models_for_user is not None:
+        allowed = {row.model_id for row in models_for_user(user)}
+    return [
+        entry
+        for model_id, entry in table.items()
+        if getattr(entry, "enabled", True) and (allowed is None or model_id in allowed)
+    ]

@@ -9,11 +9,12 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, Sum
 from django.utils import timezone
 
 from sessions.models import Message, Session, Turn
@@ -109,12 +110,14 @@ def turn_start(
     text = (text or "").strip()
     if not text and not attachments:
         raise TurnRefused("Type a message or attach a file.")
-    limit = settings.MAX_CONCURRENT_TURNS_PER_USER
+    limit, budget = _user_limits(session.owner_id)
     active = Turn.objects.filter(session__owner_id=session.owner_id, status__in=Turn.ACTIVE)
     if active.filter(session=session).exists():
         raise TurnRefused("This session is still working on the previous message.")
     if active.count() >= limit:
         raise TurnRefused(f"You already have {limit} replies running; wait for one to finish.")
+    if budget is not None and user_month_spend(user_id=session.owner_id) >= budget:
+        raise TurnRefused("You have reached this month's spending limit; ask an admin to raise it.")
     model = (model or session.model or settings.DEFAULT_MODEL).strip()
     content: Any = text
     if attachments:
@@ -132,6 +135,30 @@ def turn_start(
         )
         turn_enqueue(turn.pk)
     return turn
+
+
+def _user_limits(user_id: int) -> tuple[int, Decimal | None]:
+    """(concurrent turns allowed, monthly budget or None): the user's limits row, else the
+    site default for concurrency and no budget."""
+    from sessions.models import UserLimits
+
+    row = UserLimits.objects.filter(user_id=user_id).first()
+    concurrent = settings.MAX_CONCURRENT_TURNS_PER_USER
+    if row is not None and row.max_concurrent_turns:
+        concurrent = row.max_concurrent_turns
+    return concurrent, (row.monthly_budget if row is not None else None)
+
+
+def user_month_spend(*, user_id: int) -> Decimal:
+    """What the user's turns have cost since the start of this calendar month (local time).
+
+    Turns with unknown cost (unpriced models) count as nothing: a budget cannot guess.
+    """
+    start = timezone.localtime().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    total = Turn.objects.filter(session__owner_id=user_id, created_at__gte=start).aggregate(
+        total=Sum("cost")
+    )["total"]
+    return total or Decimal(0)
 
 
 def attachment_parts(*, user: Any, attachment_ids: list[str]) -> list[dict[str, Any]]:
@@ -375,3 +402,187 @@ def turns_expire_leases(*, now: Any = None) -> list[Turn]:
         if updated:
             changed.append(Turn.objects.get(pk=pk))
     return changed
+
+
+# --- the web app: session management ---------------------------------------------------
+
+# Titles are a line in a list: long enough to recognise a conversation, short enough to fit.
+TITLE_MAX_CHARS = 80
+# The fallback title: the first words of the user's first message.
+TITLE_FALLBACK_WORDS = 8
+# The titling call is tiny on purpose: a few words out, a clipped exchange in.
+TITLE_MAX_TOKENS = 40
+TITLE_EXCHANGE_CHARS = 2_000
+TITLE_PROMPT = (
+    "Write a short title (at most 8 words) for the conversation below. "
+    "Reply with the title only: no quotes, no punctuation at the end."
+)
+
+
+def session_rename(*, session: Session, title: str) -> Session:
+    session.title = " ".join(title.split())[:TITLE_MAX_CHARS]
+    session.save(update_fields=["title"])
+    return session
+
+
+def session_archive(*, session: Session, archived: bool = True) -> Session:
+    session.archived = archived
+    session.save(update_fields=["archived"])
+    return session
+
+
+def session_delete(*, session: Session) -> None:
+    """Delete a session and its transcript, turns and workspace files.
+
+    Its uploads are detached rather than deleted: uploads are deduplicated per owner, so the
+    same file may be referenced from another session's messages.
+    """
+    import shutil
+
+    from sessions.models import Attachment
+    from sessions.selectors import workspace_root
+
+    if Turn.objects.filter(session=session, status__in=Turn.ACTIVE).exists():
+        raise TurnRefused("Stop the running reply before deleting this session.")
+    root = workspace_root(session.pk)
+    with transaction.atomic():
+        Attachment.objects.filter(session=session).update(session=None)
+        session.delete()
+        transaction.on_commit(lambda: shutil.rmtree(root, ignore_errors=True))
+
+
+def session_set_model(*, session: Session, model: str) -> Session:
+    """Switch the model the next turn uses (the transcript is unchanged: degradation acts
+    on the outbound copy of each request)."""
+    model = model.strip()
+    if not model:
+        raise TurnRefused("Choose a model.")
+    if len(model) > Session._meta.get_field("model").max_length:
+        raise TurnRefused("That model name is too long.")
+    session.model = model
+    session.save(update_fields=["model"])
+    return session
+
+
+def user_set_default_model(*, user: Any, model: str) -> str:
+    from sessions.models import UserPreferences
+
+    model = model.strip()[:200]
+    UserPreferences.objects.update_or_create(user=user, defaults={"default_model": model})
+    return model
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
+    return ""
+
+
+def title_fallback(text: str) -> str:
+    words = text.split()
+    title = " ".join(words[:TITLE_FALLBACK_WORDS])
+    if len(words) > TITLE_FALLBACK_WORDS:
+        title += "…"
+    return title[:TITLE_MAX_CHARS]
+
+
+def _clean_title(raw: str) -> str:
+    lines = [line.strip() for line in (raw or "").strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    title = lines[0].strip().strip("\"'“”‘’*#").strip()
+    if title.lower().startswith("title:"):
+        title = title[len("title:") :].strip()
+    return title.rstrip(".").strip()[:TITLE_MAX_CHARS]
+
+
+def session_title_from_first_exchange(*, session_id: uuid.UUID | str, provider: Any = None) -> str:
+    """Title an untitled session from its first exchange; returns the title ("" if none).
+
+    The ENGINE calls this once the session's first turn completed (blocking: a short model
+    call, so from a worker thread, e.g. `sync_to_async(..., thread_sensitive=False)`).
+    It asks `settings.TITLE_MODEL` (empty: the session's model) through the owner's
+    router for a few words, and falls back to the first words of the user's message when
+    the call fails or says nothing. A title the user set meanwhile is never overwritten.
+    """
+    import logging
+
+    session = Session.objects.filter(pk=session_id).first()
+    if session is None or session.title:
+        return session.title if session is not None else ""
+    first = list(
+        Message.objects.filter(session=session, role__in=["user", "assistant"]).order_by("seq")[:6]
+    )
+    user_text = next((_text_of(m.content) for m in first if m.role == "user"), "").strip()
+    reply_text = next((_text_of(m.content) for m in first if m.role == "assistant"), "").strip()
+    if not user_text and not reply_text:
+        return ""
+    title = ""
+    model = getattr(settings, "TITLE_MODEL", "") or session.model or settings.DEFAULT_MODEL
+    exchange = f"User: {user_text}\n\nAssistant: {reply_text}"[:TITLE_EXCHANGE_CHARS]
+    owned_provider = provider is None
+    try:
+        if provider is None:
+            from openworker.llm import router_for_user
+
+            provider = router_for_user(session.owner_id)
+        turn = provider.complete(
+            model=model,
+            messages=[
+                {"role": "system", "content": TITLE_PROMPT},
+                {"role": "user", "content": exchange},
+            ],
+            max_tokens=TITLE_MAX_TOKENS,
+        )
+        title = _clean_title(turn.text or "")
+    except Exception:
+        # Any failure (no key, quota, network) only costs the nicer title.
+        logging.getLogger(__name__).info("titling session %s failed", session.pk, exc_info=True)
+    finally:
+        if owned_provider and provider is not None:
+            provider.close()
+    title = title or title_fallback(user_text or reply_text)
+    Session.objects.filter(pk=session.pk, title="").update(title=title)
+    return title
+
+
+def session_import(*, owner: Any, title: str, model: str, messages: list[dict[str, Any]]) -> Session:
+    """A new session of `owner` holding `messages` (already validated canonical dicts, in
+    order). Turn links are not imported: the new session has no turns of its own yet."""
+    with transaction.atomic():
+        session = Session.objects.create(
+            owner=owner,
+            title=" ".join(title.split())[:TITLE_MAX_CHARS],
+            model=model or settings.DEFAULT_MODEL,
+        )
+        batch: list[Message] = []
+        seq = 0
+        for seq, message in enumerate(messages, start=1):
+            batch.append(
+                Message(
+                    session=session,
+                    seq=seq,
+                    role=message["role"],
+                    content=message.get("content", ""),
+                    tool_calls=message.get("tool_calls") or None,
+                    tool_call_id=message.get("tool_call_id", ""),
+                    reasoning=message.get("reasoning", ""),
+                    extras=message.get("extras") or None,
+                    usage=message.get("usage"),
+                    model=message.get("model", ""),
+                    finish_reason=message.get("finish_reason", ""),
+                )
+            )
+            if len(batch) >= 500:
+                Message.objects.bulk_create(batch)
+                batch = []
+        Message.objects.bulk_create(batch)
+        Session.objects.filter(pk=session.pk).update(next_seq=seq + 1)
+    session.refresh_from_db()
+    return session

@@ -32,3 +32,14 @@ def _start_lease_sweeper(**_: Any) -> None:
     from openworker.watchdog import start_thread
 
     start_thread()
+
+
+# One attempt: a failed export is marked failed with its reason and the admin starts a
+# new one; acks_late redelivers it if the worker died, and a completed job is a no-op.
+@shared_task(
+    name="sessions.tasks.export_job_task", acks_late=True, ignore_result=True, max_retries=0
+)
+def export_job_task(job_id: str) -> None:
+    from sessions.bulk_export import export_job_run
+
+    export_job_run(job_id=job_id)

@@ -6,6 +6,17 @@ from sessions import views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("sessions/new", views.session_new, name="session_new"),
+    path("sessions/import", views.session_import, name="session_import"),
+    path("sessions/export.zip", views.export_all, name="export_all"),
+    path("sessions/<uuid:session_id>/", views.chat, name="chat"),
+    path("sessions/<uuid:session_id>/messages", views.session_messages, name="session_messages"),
+    path("sessions/<uuid:session_id>/model", views.session_model, name="session_model"),
+    path("sessions/<uuid:session_id>/rename", views.session_rename, name="session_rename"),
+    path("sessions/<uuid:session_id>/archive", views.session_archive, name="session_archive"),
+    path("sessions/<uuid:session_id>/delete", views.session_delete, name="session_delete"),
+    path("sessions/<uuid:session_id>/export.json", views.export_json, name="export_json"),
+    path("sessions/<uuid:session_id>/export.md", views.export_markdown, name="export_markdown"),
     path(
         "sessions/<uuid:session_id>/attachments/",
         views.attachment_upload,

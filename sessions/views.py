@@ -4,16 +4,34 @@ every session URL answers 404 to anyone but its owner."""
 from __future__ import annotations
 
 import mimetypes
+from typing import Any
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET, require_POST
+from django.core.paginator import Paginator
+from django.http import (
+    FileResponse,
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    JsonResponse,
+    StreamingHttpResponse,
+)
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from openworker.degradation import degradation_note
 from openworker.tools.workspace import WorkspacePathError, workspace_path
-from sessions import attachments, selectors
-from sessions.models import Session
+from sessions import attachments, export, presenters, selectors, services
+from sessions.models import Session, Turn
+
+# Sessions per page of the list: a screenful on a laptop, two thumbs' worth on a phone.
+SESSIONS_PER_PAGE = 25
+# An import is one JSON document parsed in memory: bounded so an upload cannot exhaust it.
+MAX_IMPORT_BYTES = 50 * 1024 * 1024
 
 
 def _own_session(request: HttpRequest, session_id: object) -> Session:
@@ -23,10 +41,349 @@ def _own_session(request: HttpRequest, session_id: object) -> Session:
     return session
 
 
+def _router(user: Any) -> Any:
+    from openworker.llm import router_for_user
+
+    return router_for_user(user.pk)
+
+
+def _picker(user: Any, current: str) -> dict[str, Any]:
+    """The model picker: curated models this user may pick, labelled with capabilities,
+    and whether `current` is one of them (else it is a custom model: capabilities unknown)."""
+    options = [
+        {
+            "id": entry.id,
+            "label": entry.label or entry.id,
+            "caps": presenters.caps_label(entry.caps),
+            "caps_data": presenters.caps_payload(entry.caps),
+        }
+        for entry in selectors.model_choices(user=user)
+    ]
+    curated_ids = {option["id"] for option in options}
+    return {"options": options, "current": current, "custom": current not in curated_ids}
+
+
+def _chosen_model(request: HttpRequest) -> str:
+    """The model a picker form chose: the custom text when "custom" is selected."""
+    choice = request.POST.get("model", "").strip()
+    if choice == "__custom__" or not choice:
+        choice = request.POST.get("custom_model", "").strip()
+    return choice
+
+
 @login_required
+@require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    sessions = selectors.session_list(user=request.user)[:50]
-    return render(request, "sessions/home.html", {"sessions": sessions})
+    query = request.GET.get("q", "")
+    archived = request.GET.get("archived") == "1"
+    sessions = selectors.session_list_page(user=request.user, query=query, archived=archived)
+    page = Paginator(sessions, SESSIONS_PER_PAGE).get_page(request.GET.get("page"))
+    default_model = selectors.user_default_model(user=request.user)
+    return render(
+        request,
+        "sessions/home.html",
+        {
+            "page": page,
+            "sessions": page.object_list,
+            "query": _clean_query(query),
+            "archived": archived,
+            "picker": _picker(request.user, default_model),
+        },
+    )
+
+
+def _clean_query(query: str) -> str:
+    from sessions.search import normalise_query
+
+    return normalise_query(query)
+
+
+@login_required
+@require_POST
+def session_new(request: HttpRequest) -> HttpResponse:
+    model = _chosen_model(request) or selectors.user_default_model(user=request.user)
+    if len(model) > Session._meta.get_field("model").max_length:
+        messages.error(request, "That model name is too long.")
+        return redirect("home")
+    session = services.session_create(owner=request.user, model=model)
+    return redirect("chat", session_id=session.pk)
+
+
+@login_required
+@require_GET
+def chat(request: HttpRequest, session_id: object) -> HttpResponse:
+    session = _own_session(request, session_id)
+    rows, has_more = selectors.messages_window(session=session)
+    last_turn = selectors.session_last_turn(session=session)
+    turn_ids = {m.turn_id for m in rows}
+    turns = selectors.turns_by_id(session=session, turn_ids=turn_ids)
+    if last_turn is not None:
+        turns.setdefault(str(last_turn.pk), last_turn)
+    first_seq = rows[0].seq if rows else 0
+    last_seq = rows[-1].seq if rows else 0
+    checkpoints = (
+        selectors.checkpoints_between(session=session, first_seq=first_seq, last_seq=last_seq)
+        if rows
+        else []
+    )
+    last_active = last_turn is not None and last_turn.status in Turn.ACTIVE
+    items = presenters.build_items(
+        session, rows, turns, checkpoints, closed_last_turn=not last_active
+    )
+    caps = _router(request.user).capabilities(session.model)
+    cost = selectors.session_cost(session=session)
+    last_turn_view = presenters.turn_view(last_turn) if last_turn is not None else None
+    # The last turn's footer is already among the items when its messages are in view.
+    show_last_turn = (
+        last_turn_view is not None
+        and not last_active
+        and not any(m.turn_id == last_turn.pk for m in rows)  # type: ignore[union-attr]
+    )
+    page_data = {
+        "session": str(session.pk),
+        "socket": f"/ws/sessions/{session.pk}/",
+        "messagesUrl": reverse("session_messages", args=[session.pk]),
+        "modelUrl": reverse("session_model", args=[session.pk]),
+        "uploadUrl": reverse("attachment_upload", args=[session.pk]),
+        "firstSeq": first_seq,
+        "lastSeq": last_seq,
+        "hasMore": has_more,
+        "model": session.model,
+        "caps": presenters.caps_payload(caps),
+        "contextTokens": session.last_context_tokens,
+        "sessionCost": str(cost) if cost is not None else None,
+        "lastTurn": last_turn_view if last_turn_view and last_turn_view["retryable"] else None,
+        "maxAttachmentBytes": settings.MAX_ATTACHMENT_BYTES,
+    }
+    return render(
+        request,
+        "sessions/chat.html",
+        {
+            "session": session,
+            "items": items,
+            "has_more": has_more,
+            "page_data": page_data,
+            "picker": _picker(request.user, session.model),
+            "caps": caps,
+            "context_window": caps.context_window,
+            "context_tokens": session.last_context_tokens,
+            "context_pct": _percent(session.last_context_tokens, caps.context_window),
+            "session_cost": presenters.format_cost(cost) if cost else None,
+            "last_turn": last_turn_view if show_last_turn else None,
+        },
+    )
+
+
+def _percent(tokens: int | None, window: int | None) -> int | None:
+    if not tokens or not window:
+        return None
+    return min(100, round(100 * tokens / window))
+
+
+@login_required
+@require_GET
+def session_messages(request: HttpRequest, session_id: object) -> JsonResponse:
+    """Server-rendered HTML of stored messages.
+
+    `?after=<seq>`: each message after it, keyed by seq (the live page fetches a message
+    the socket announced, rendered by the same code as the page). `?before=<seq>`: the
+    window of older messages as one fragment ("load earlier").
+    """
+    session = _own_session(request, session_id)
+    after = _int_param(request, "after")
+    before = _int_param(request, "before")
+    if after is not None:
+        rows, more = selectors.messages_window(session=session, after=after)
+        return JsonResponse(
+            {
+                "messages": [
+                    {
+                        "seq": m.seq,
+                        "role": m.role,
+                        "turn": str(m.turn_id) if m.turn_id else None,
+                        "html": presenters.render_message_html(session, m),
+                    }
+                    for m in rows
+                ],
+                "more": more,
+            }
+        )
+    if before is None:
+        return JsonResponse({"error": "Give after or before (a sequence number)."}, status=400)
+    rows, more = selectors.messages_window(session=session, before=before)
+    turns = selectors.turns_by_id(session=session, turn_ids={m.turn_id for m in rows})
+    checkpoints = (
+        selectors.checkpoints_between(session=session, first_seq=rows[0].seq, last_seq=rows[-1].seq)
+        if rows
+        else []
+    )
+    items = presenters.build_items(session, rows, turns, checkpoints, closed_last_turn=True)
+    return JsonResponse(
+        {
+            "html": presenters.render_items(items),
+            "first_seq": rows[0].seq if rows else before,
+            "has_more": more,
+        }
+    )
+
+
+def _int_param(request: HttpRequest, name: str) -> int | None:
+    value = request.GET.get(name)
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise Http404("Bad sequence number.") from None
+    return max(0, number)
+
+
+@login_required
+@require_POST
+def session_model(request: HttpRequest, session_id: object) -> JsonResponse:
+    """Switch the session's model; say what the new model cannot read of this session."""
+    session = _own_session(request, session_id)
+    model = _chosen_model(request)
+    try:
+        services.session_set_model(session=session, model=model)
+    except services.TurnRefused as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    caps = _router(request.user).capabilities(session.model)
+    note = degradation_note(selectors.attachment_kinds(session=session), caps)
+    return JsonResponse(
+        {
+            "model": session.model,
+            "caps": presenters.caps_payload(caps),
+            "caps_label": presenters.caps_label(caps),
+            "note": _note_words(note),
+        }
+    )
+
+
+def _note_words(note: str | None) -> str | None:
+    """degradation_note is a status-line suffix (" — earlier images ..."): as a sentence."""
+    if not note:
+        return None
+    parts = [part.strip() for part in note.split(" — ") if part.strip()]
+    return "; ".join(parts).capitalize() + "."
+
+
+def _safe_next(request: HttpRequest, fallback: str) -> str:
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    if target and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return target
+    return fallback
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def session_rename(request: HttpRequest, session_id: object) -> HttpResponse:
+    session = _own_session(request, session_id)
+    if request.method == "POST":
+        title = request.POST.get("title", "")
+        if not title.strip():
+            return render(
+                request,
+                "sessions/rename.html",
+                {"session": session, "error": "Give the session a title."},
+                status=400,
+            )
+        services.session_rename(session=session, title=title)
+        return redirect(_safe_next(request, reverse("chat", args=[session.pk])))
+    return render(request, "sessions/rename.html", {"session": session})
+
+
+@login_required
+@require_POST
+def session_archive(request: HttpRequest, session_id: object) -> HttpResponse:
+    session = _own_session(request, session_id)
+    archived = request.POST.get("archived", "1") == "1"
+    services.session_archive(session=session, archived=archived)
+    messages.success(request, "Session archived." if archived else "Session restored.")
+    return redirect(_safe_next(request, reverse("home")))
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def session_delete(request: HttpRequest, session_id: object) -> HttpResponse:
+    session = _own_session(request, session_id)
+    if request.method == "POST":
+        try:
+            services.session_delete(session=session)
+        except services.TurnRefused as exc:
+            messages.error(request, str(exc))
+            return redirect("chat", session_id=session.pk)
+        messages.success(request, "Session deleted.")
+        return redirect("home")
+    return render(request, "sessions/delete.html", {"session": session})
+
+
+def _download_name(session: Session, extension: str) -> str:
+    stem = export._slug(session.title) if session.title else "session"
+    return f"{stem}-{str(session.pk)[:8]}.{extension}"
+
+
+def _attachment_response(response: StreamingHttpResponse, filename: str) -> StreamingHttpResponse:
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@login_required
+@require_GET
+def export_json(request: HttpRequest, session_id: object) -> StreamingHttpResponse:
+    session = _own_session(request, session_id)
+    response = StreamingHttpResponse(
+        export.session_json_chunks(session), content_type="application/json; charset=utf-8"
+    )
+    return _attachment_response(response, _download_name(session, "json"))
+
+
+@login_required
+@require_GET
+def export_markdown(request: HttpRequest, session_id: object) -> StreamingHttpResponse:
+    session = _own_session(request, session_id)
+    response = StreamingHttpResponse(
+        export.session_markdown_chunks(session), content_type="text/markdown; charset=utf-8"
+    )
+    return _attachment_response(response, _download_name(session, "md"))
+
+
+@login_required
+@require_GET
+def export_all(request: HttpRequest) -> StreamingHttpResponse:
+    sessions = Session.objects.filter(owner=request.user).order_by("created_at")
+    response = StreamingHttpResponse(
+        export.archive_chunks(sessions.iterator(chunk_size=100)), content_type="application/zip"
+    )
+    return _attachment_response(response, "openworker-sessions.zip")
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def session_import(request: HttpRequest) -> HttpResponse:
+    if request.method == "GET":
+        return render(request, "sessions/import.html")
+    upload = request.FILES.get("file")
+    error = None
+    if upload is None:
+        error = "Choose an exported JSON file."
+    elif upload.size is None or upload.size > MAX_IMPORT_BYTES:
+        error = f"Imports are limited to {MAX_IMPORT_BYTES // (1024 * 1024)} MB."
+    else:
+        try:
+            title, model, canonical = export.parse_export(upload.read())
+        except export.ImportRejected as exc:
+            error = str(exc)
+    if error is not None:
+        return render(request, "sessions/import.html", {"error": error}, status=400)
+    session = services.session_import(
+        owner=request.user, title=title or "Imported session", model=model, messages=canonical
+    )
+    messages.success(request, "Session imported.")
+    return redirect("chat", session_id=session.pk)
 
 
 @login_required
