@@ -31,6 +31,7 @@ from django.conf import settings
 
 from openworker import history as outbound_history
 from openworker.compactor import maybe_compact
+from openworker.degradation import degradation_note
 from openworker.replay import get_replay_buffer
 from openworker.runner import register_local, unregister_local
 from openworker.streaming import TurnEmitter
@@ -118,6 +119,7 @@ class _TurnRun:
         self.cancel = CancelToken()
         self.progress = _Progress()
         self.lease_lost = False
+        self.noted = False
         self.emitter: TurnEmitter | None = None
 
     # --- lifecycle -----------------------------------------------------------------
@@ -249,6 +251,11 @@ class _TurnRun:
         model = self.turn.model
         history = [row.to_canonical() for row in rows]
         caps = provider.capabilities(model)
+        if not self.noted:
+            self.noted = True
+            note = degradation_note(history, caps)
+            if note:
+                await self.emitter.emit("notice", note=note.lstrip(" —"))  # type: ignore[union-attr]
         state, outcome = await maybe_compact(
             session_id=self.session.pk,
             turn_id=self.turn_id,

@@ -230,6 +230,8 @@ async def test_a_text_only_model_gets_the_placeholder_and_pdf_text_while_storage
         sent = ollama.requests[0].body["messages"][-1]["content"]
 
     assert events[-1]["status"] == "completed"
+    notice = next(e for e in events if e["type"] == "notice")
+    assert "images can't be read by this model" in notice["note"]
     texts = [part.get("text", "") for part in sent]
     assert "[image attachment — not viewable by this model]" in texts
     assert any("Revenue grew 12 percent" in t and "report.pdf" in t for t in texts)
