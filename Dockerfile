@@ -13,8 +13,8 @@ COPY sessions ./sessions
 RUN pip install .
 COPY . .
 RUN useradd --create-home --uid 10001 openworker \
-    && mkdir -p /app/.state \
-    && chown -R openworker /app/.state
+    && mkdir -p /app/.state /srv/media \
+    && chown -R openworker /app/.state /srv/media
 USER openworker
 
 # collectstatic needs settings to load: throwaway values that exist only in this layer.

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -57,6 +58,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "axes",
     "providers.apps.ProvidersConfig",
     "sessions.apps.ChatSessionsConfig",
 ]
@@ -71,6 +73,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "openworker.middleware.ContentSecurityPolicyMiddleware",
+    # Last, as django-axes requires: it answers a locked-out sign-in with 429.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "openworker.urls"
@@ -116,6 +120,18 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Login throttling (django-axes): the lockout check runs before the password check.
+AUTHENTICATION_BACKENDS = [
+    "openworker.throttle.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Five wrong passwords for one username from one address, then a 15-minute pause:
+# enough for typos, far too few for guessing.
+AXES_FAILURE_LIMIT = envint("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=envint("LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -142,6 +158,19 @@ STORAGES = {
 # Serve straight from the finders in DEBUG so `make run` needs no collectstatic.
 WHITENOISE_USE_FINDERS = DEBUG
 WHITENOISE_AUTOREFRESH = DEBUG
+
+# One cache for every process in distributed mode: an admin's edit to the curated matrix
+# reaches Daphne and every worker at once (per-process memory in embedded mode).
+if DISTRIBUTED:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": envstr("CACHE_PREFIX", "openworker"),
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # --- Channels -------------------------------------------------------------------------
 if DISTRIBUTED:
@@ -186,7 +215,7 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 
 # --- Agent runtime --------------------------------------------------------------------
-DEFAULT_MODEL = envstr("OPENWORKER_DEFAULT_MODEL", "anthropic:claude-sonnet-4-5")
+DEFAULT_MODEL = envstr("OPENWORKER_DEFAULT_MODEL", "anthropic:claude-sonnet-5")
 TURN_MAX_STEPS = envint("TURN_MAX_STEPS", 25, minimum=1)
 MAX_CONCURRENT_TURNS_PER_USER = envint("MAX_CONCURRENT_TURNS_PER_USER", 3, minimum=1)
 # Each Daphne process sweeps expired turn leases; tests drive the sweep by hand.

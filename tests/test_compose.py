@@ -60,3 +60,10 @@ def test_dockerfile_serves_the_asgi_app_as_a_non_root_user():
     assert "openworker.asgi:application" in text
     assert "\nUSER openworker" in text
     assert "collectstatic" in text
+
+
+def test_web_and_worker_share_the_media_volume():
+    services = load()["services"]
+    for name in ("web", "worker"):
+        assert "media:/srv/media" in services[name]["volumes"]
+        assert services[name]["environment"]["MEDIA_ROOT"] == "/srv/media"
