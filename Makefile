@@ -11,7 +11,7 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 # Test-only secrets: distributed settings refuse to start without them.
 TEST_ENV := DEBUG=1 SECRET_KEY=test-only-secret-key-not-for-production \
 	OPENWORKER_ENCRYPTION_KEYS=dGVzdC1vbmx5LWtleS1ub3QtZm9yLXByb2R1Y3Rpb24= \
-	OPENWORKER_OUTBOUND_ALLOWLIST=127.0.0.1,localhost
+	OPENWORKER_OUTBOUND_ALLOWLIST=127.0.0.1,localhost OPENWORKER_AUTO_TITLE=0
 
 .PHONY: run test lint format install install-dev migrate
 

@@ -42,7 +42,7 @@ from providers.cancel import CancelToken
 from providers.errors import ProviderError, RequestCancelled
 from providers.outbound import OutboundPolicy
 from providers.types import AssistantTurn, StreamChunk, TokenUsage, ToolCall
-from sessions import selectors, services
+from sessions import events, selectors, services
 from sessions.models import Message, Turn
 
 logger = logging.getLogger(__name__)
@@ -147,6 +147,8 @@ class _TurnRun:
             )
             status, kind, error = await self._loop()
             await self._finish(status, kind, error)
+            if status == Turn.Status.COMPLETED and not self.session.title:
+                await self._title()
         except LeaseLost:
             logger.info("turn %s: lease lost, stopping", self.turn_id)
         except asyncio.CancelledError:
@@ -168,6 +170,15 @@ class _TurnRun:
                     await buffer.finish(self.turn_id)
                 except Exception:
                     logger.warning("replay buffer finish failed", exc_info=True)
+
+    async def _title(self) -> None:
+        """Name a new session after its first exchange (a short model call, or the first
+        words when titling by model is off or fails) and tell the open pages."""
+        title = await sync_to_async(
+            services.session_title_from_first_exchange, thread_sensitive=False
+        )(session_id=self.session.pk)
+        if title:
+            await events.apublish(self.session.pk, {"type": "session.title", "title": title})
 
     async def _finish(self, status: str, kind: str = "", error: str = "") -> None:
         assert self.emitter is not None

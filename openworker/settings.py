@@ -218,6 +218,10 @@ CELERY_ACCEPT_CONTENT = ["json"]
 DEFAULT_MODEL = envstr("OPENWORKER_DEFAULT_MODEL", "anthropic:claude-sonnet-5")
 TURN_MAX_STEPS = envint("TURN_MAX_STEPS", 25, minimum=1)
 MAX_CONCURRENT_TURNS_PER_USER = envint("MAX_CONCURRENT_TURNS_PER_USER", 3, minimum=1)
+# Title a new session from its first exchange with a short model call (TITLE_MODEL, or
+# the session's model when empty); off, sessions are titled from the first words.
+AUTO_TITLE = envbool("OPENWORKER_AUTO_TITLE", True)
+TITLE_MODEL = envstr("OPENWORKER_TITLE_MODEL", "")
 # Each Daphne process sweeps expired turn leases; tests drive the sweep by hand.
 LEASE_SWEEPER = envbool("OPENWORKER_LEASE_SWEEPER", True)
 MAX_MESSAGE_CHARS = envint("MAX_MESSAGE_CHARS", 32_000, minimum=100)

@@ -37,6 +37,11 @@ class CompatFlags:
     reasoning_effort_param: str | None = None
     # The value that switches reasoning off, where the vendor has one for every model.
     reasoning_effort_off: str | None = None
+    # The vendor's thinking mode refuses a tool loop unless each earlier assistant message
+    # carries its `reasoning_content` back (DeepSeek: "Missing `reasoning_content` field in
+    # the assistant message"). The reply's reasoning is kept in a `_<provider>` sidecar
+    # and replayed to the same model only (providers/wire/openai_completions.py).
+    replay_reasoning_content: bool = False
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,11 @@ register(
         label="DeepSeek",
         api=OPENAI_COMPLETIONS,
         default_base_url="https://api.deepseek.com/v1",
-        compat=CompatFlags(reasoning_field="reasoning_content", strict_tools=False),
+        compat=CompatFlags(
+            reasoning_field="reasoning_content",
+            strict_tools=False,
+            replay_reasoning_content=True,
+        ),
     )
 )
 register(

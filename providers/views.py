@@ -85,6 +85,7 @@ def settings_page(request: HttpRequest) -> HttpResponse:
                 "org": org.get(name) is not None,
                 "applies": _applies(own.get(name), org.get(name)),
                 "test_model": _suggested_test_model(request.user, name),
+                "requires_key": descriptor.requires_key,
             }
         )
     default_model = selectors.user_default_model(user=request.user)

@@ -208,7 +208,8 @@ class CompactionSettingsAdmin(admin.ModelAdmin):
 class UserLimitsInline(admin.StackedInline):
     model = UserLimits
     can_delete = True
-    extra = 0
+    # One blank form: saving it untouched creates no row (the site defaults apply).
+    extra = 1
     max_num = 1
     fields = ("max_concurrent_turns", "monthly_budget")
 

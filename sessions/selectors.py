@@ -154,9 +154,9 @@ def checkpoints_between(*, session: Session, first_seq: int, last_seq: int) -> l
 def session_cost(*, session: Session) -> Any:
     """The session's total cost (0 before any priced call), or None when any model call of
     it had an unknown price (a partial sum would under-report; the page hides it instead)."""
-    from django.db.models import Count, Q, Sum
-
     from decimal import Decimal
+
+    from django.db.models import Count, Q, Sum
 
     totals = Turn.objects.filter(session=session).aggregate(
         total=Sum("cost"),

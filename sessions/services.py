@@ -413,6 +413,8 @@ TITLE_FALLBACK_WORDS = 8
 # The titling call is tiny on purpose: a few words out, a clipped exchange in.
 TITLE_MAX_TOKENS = 40
 TITLE_EXCHANGE_CHARS = 2_000
+# Quotes (straight and curly) and Markdown emphasis models like to wrap a title in.
+TITLE_STRIP_CHARS = "\"'\u201c\u201d\u2018\u2019*#"
 TITLE_PROMPT = (
     "Write a short title (at most 8 words) for the conversation below. "
     "Reply with the title only: no quotes, no punctuation at the end."
@@ -496,13 +498,15 @@ def _clean_title(raw: str) -> str:
     lines = [line.strip() for line in (raw or "").strip().splitlines() if line.strip()]
     if not lines:
         return ""
-    title = lines[0].strip().strip("\"'“”‘’*#").strip()
+    title = lines[0].strip().strip(TITLE_STRIP_CHARS).strip()
     if title.lower().startswith("title:"):
         title = title[len("title:") :].strip()
     return title.rstrip(".").strip()[:TITLE_MAX_CHARS]
 
 
-def session_title_from_first_exchange(*, session_id: uuid.UUID | str, provider: Any = None) -> str:
+def session_title_from_first_exchange(
+    *, session_id: uuid.UUID | str, provider: Any = None, use_model: bool | None = None
+) -> str:
     """Title an untitled session from its first exchange; returns the title ("" if none).
 
     The ENGINE calls this once the session's first turn completed (blocking: a short model
@@ -524,35 +528,40 @@ def session_title_from_first_exchange(*, session_id: uuid.UUID | str, provider: 
     if not user_text and not reply_text:
         return ""
     title = ""
-    model = getattr(settings, "TITLE_MODEL", "") or session.model or settings.DEFAULT_MODEL
+    if use_model is None:
+        use_model = settings.AUTO_TITLE
+    model = settings.TITLE_MODEL or session.model or settings.DEFAULT_MODEL
     exchange = f"User: {user_text}\n\nAssistant: {reply_text}"[:TITLE_EXCHANGE_CHARS]
-    owned_provider = provider is None
-    try:
-        if provider is None:
-            from openworker.llm import router_for_user
+    if use_model:
+        owned_provider = provider is None
+        try:
+            if provider is None:
+                from openworker.llm import router_for_user
 
-            provider = router_for_user(session.owner_id)
-        turn = provider.complete(
-            model=model,
-            messages=[
-                {"role": "system", "content": TITLE_PROMPT},
-                {"role": "user", "content": exchange},
-            ],
-            max_tokens=TITLE_MAX_TOKENS,
-        )
-        title = _clean_title(turn.text or "")
-    except Exception:
-        # Any failure (no key, quota, network) only costs the nicer title.
-        logging.getLogger(__name__).info("titling session %s failed", session.pk, exc_info=True)
-    finally:
-        if owned_provider and provider is not None:
-            provider.close()
+                provider = router_for_user(session.owner_id)
+            turn = provider.complete(
+                model=model,
+                messages=[
+                    {"role": "system", "content": TITLE_PROMPT},
+                    {"role": "user", "content": exchange},
+                ],
+                max_tokens=TITLE_MAX_TOKENS,
+            )
+            title = _clean_title(turn.text or "")
+        except Exception:
+            # Any failure (no key, quota, network) only costs the nicer title.
+            logging.getLogger(__name__).info("titling session %s failed", session.pk, exc_info=True)
+        finally:
+            if owned_provider and provider is not None:
+                provider.close()
     title = title or title_fallback(user_text or reply_text)
     Session.objects.filter(pk=session.pk, title="").update(title=title)
     return title
 
 
-def session_import(*, owner: Any, title: str, model: str, messages: list[dict[str, Any]]) -> Session:
+def session_import(
+    *, owner: Any, title: str, model: str, messages: list[dict[str, Any]]
+) -> Session:
     """A new session of `owner` holding `messages` (already validated canonical dicts, in
     order). Turn links are not imported: the new session has no turns of its own yet."""
     with transaction.atomic():

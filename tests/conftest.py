@@ -54,4 +54,7 @@ def _no_background_sweeper(request):  # type: ignore[no-untyped-def]
     """In-process tests drive `watchdog.sweep_once()` themselves."""
     if not request.config.pluginmanager.hasplugin("django"):
         return
-    request.getfixturevalue("settings").LEASE_SWEEPER = False
+    settings = request.getfixturevalue("settings")
+    settings.LEASE_SWEEPER = False
+    # Titling by model would spend a scripted fake reply; tests that want it turn it on.
+    settings.AUTO_TITLE = False

@@ -278,3 +278,19 @@ async def test_shutdown_interrupts_running_turns_and_keeps_their_text(owner, fak
     assert turn.partial_text == "half an answer "
     assert await sync_to_async(fake.wait_for_disconnect)(5)
     await ws.disconnect()
+
+
+async def test_the_first_exchange_titles_the_session_and_the_page_is_told(owner, fake, settings):
+    settings.AUTO_TITLE = True
+    fake.push(Reply(text("Paris is the capital.")), Reply(text("Title: Capital of France.")))
+    session = await make_session(owner, fake)
+    ws = await open_socket(owner, session)
+    await ws.send_json_to({"type": "send", "text": "What is the capital of France?"})
+    await read_until_status(ws)
+    event = await ws.receive_json_from(timeout=10)
+    while event["type"] != "session.title":
+        event = await ws.receive_json_from(timeout=10)
+    await ws.disconnect()
+    assert event["title"] == "Capital of France"
+    await session.arefresh_from_db()
+    assert session.title == "Capital of France"

@@ -111,6 +111,9 @@ class FetchUrlTool(Tool):
                 return self._fetch(client, url, max_chars)
         except OutboundBlockedError as exc:
             raise ToolError(f"refused: {exc.raw_message}") from None
+        except httpx.InvalidURL as exc:
+            # Raised while the URL is parsed, before the guard sees it (`0177.0.0.1`).
+            raise ToolError(f"refused: not a valid URL: {exc}") from None
         except ProviderError as exc:
             raise ToolError(f"could not fetch {url}: {exc.raw_message}") from None
         except httpx.TimeoutException:

@@ -12,11 +12,10 @@ signatures are model-bound, and another model would reject them.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from .. import errors
-from ..base import ProviderClient
 from ..cache_policy import CACHE_RETENTION_SETTING, apply_cache_policy
 from ..cache_spec import CacheSpec, get_cache_spec
 from ..context import build_context, content_parts, parse_data_url
@@ -24,7 +23,8 @@ from ..reasoning import anthropic_thinking, effort_from
 from ..registry import ProviderDescriptor
 from ..types import AssistantTurn, Context, ModelCapabilities, StreamChunk, ToolCall
 from ..usage import merge_anthropic_usage, usage_from_anthropic
-from .openai_completions import keep_partial, parse_tool_arguments
+from ._http_client import HttpProviderClient, Prepared
+from .openai_completions import parse_tool_arguments
 
 MESSAGES_PATH = "/v1/messages"
 ANTHROPIC_VERSION = "2023-06-01"
@@ -513,33 +513,15 @@ def parse_message(payload: Mapping[str, Any], *, model: str) -> AssistantTurn:
 # --- The client ---------------------------------------------------------------------------
 
 
-class AnthropicMessagesClient(ProviderClient):
+class AnthropicMessagesClient(HttpProviderClient):
     """A `ProviderClient` for the Messages API. Receives BARE model names. Owns `transport`:
     `close()` closes it."""
-
-    def __init__(
-        self,
-        descriptor: ProviderDescriptor,
-        *,
-        api_key: str | None,
-        base_url: str | None,
-        transport: Any,
-        capabilities: Callable[[str], ModelCapabilities],
-    ) -> None:
-        self.descriptor = descriptor
-        self._api_key = api_key
-        self.base_url = (base_url or descriptor.default_base_url).rstrip("/")
-        self._transport = transport
-        self._capabilities = capabilities
 
     @property
     def url(self) -> str:
         return self.base_url + MESSAGES_PATH
 
-    def capabilities(self, model: str) -> ModelCapabilities:
-        return self._capabilities(model)
-
-    def _request(
+    def _prepare(
         self,
         model: str,
         messages: list[dict[str, Any]],
@@ -547,7 +529,7 @@ class AnthropicMessagesClient(ProviderClient):
         settings: Mapping[str, Any],
         *,
         stream: bool,
-    ) -> tuple[dict[str, str], dict[str, Any]]:
+    ) -> Prepared:
         headers = request_headers(self.descriptor, self._api_key)
         body = build_request(
             build_context(messages, tools),
@@ -559,48 +541,10 @@ class AnthropicMessagesClient(ProviderClient):
             cache_spec=get_cache_spec(self.descriptor.name),
             base_url=self.base_url,
         )
-        return headers, body
+        return self.url, headers, body
 
-    def complete(
-        self,
-        *,
-        model: str,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        **settings: Any,
-    ) -> AssistantTurn:
-        headers, body = self._request(model, messages, tools, settings, stream=False)
-        payload = self._transport.post_json(
-            self.url, headers=headers, body=body, model=model, cancel=settings.get("cancel")
-        )
+    def _parse(self, payload: dict[str, Any], *, model: str) -> AssistantTurn:
         return parse_message(payload, model=model)
 
-    def stream(
-        self,
-        *,
-        model: str,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        **settings: Any,
-    ) -> Iterator[StreamChunk]:
-        headers, body = self._request(model, messages, tools, settings, stream=True)
-        parser = MessagesStreamParser(model=model)
-        events = self._transport.stream_sse(
-            self.url, headers=headers, body=body, model=model, cancel=settings.get("cancel")
-        )
-        try:
-            for event in events:
-                yield from parser.feed(event)
-                if parser.done:
-                    break
-        except errors.ProviderError as exc:
-            keep_partial(exc, parser.partial_turn())
-            raise
-        finally:
-            close = getattr(events, "close", None)
-            if close is not None:
-                close()
-        yield StreamChunk(turn=parser.finish())
-
-    def close(self) -> None:
-        self._transport.close()
+    def _stream_parser(self, model: str) -> MessagesStreamParser:
+        return MessagesStreamParser(model=model)

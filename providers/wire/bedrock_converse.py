@@ -30,13 +30,14 @@ from urllib.parse import quote, urlsplit
 
 from .. import errors, reasoning
 from ..aws_sigv4 import AwsCredentials, sign
-from ..base import ProviderClient
+from ..cancel import CancelToken
 from ..context import build_context, content_parts, parse_data_url
 from ..eventstream import EventStreamDecoder, EventStreamMessage
 from ..registry import ProviderDescriptor
 from ..transport import encode_body
 from ..types import AssistantTurn, Context, ModelCapabilities, StreamChunk, TokenUsage, ToolCall
-from .openai_completions import keep_partial, parse_tool_arguments
+from ._http_client import HttpProviderClient, Prepared, close_iterator
+from .openai_completions import parse_tool_arguments
 
 CONVERSE_PATH = "/model/{model}/converse"
 CONVERSE_STREAM_PATH = "/model/{model}/converse-stream"
@@ -606,12 +607,18 @@ def region_from_url(url: str) -> str | None:
     return match.group(1) if match else None
 
 
-class BedrockConverseClient(ProviderClient):
+class BedrockConverseClient(HttpProviderClient):
     """A `ProviderClient` for Bedrock Converse. Receives BARE model ids (a model id, an
-    inference profile id or an ARN). Owns `transport`: `close()` closes it."""
+    inference profile id or an ARN). Owns `transport`: `close()` closes it.
+
+    `base_url` is the profile's override, else the regional endpoint of the profile's
+    `region`, else empty: a client without a region fails at call time, with a friendly
+    message, not when it is built."""
 
     # The factory passes the whole SecretStore profile: SigV4 needs more than one key.
     takes_profile = True
+    # The usage `metadata` event follows messageStop: streams are read to the end.
+    stop_when_done = False
 
     def __init__(
         self,
@@ -624,8 +631,6 @@ class BedrockConverseClient(ProviderClient):
         profile: Mapping[str, Any] | None = None,
     ) -> None:
         profile = profile or {}
-        self.descriptor = descriptor
-        self._api_key = api_key or None
         access_key, secret_key = profile.get("access_key_id"), profile.get("secret_access_key")
         self._credentials = (
             AwsCredentials(access_key, secret_key, profile.get("session_token") or None)
@@ -635,20 +640,23 @@ class BedrockConverseClient(ProviderClient):
         self.region: str | None = profile.get("region") or (
             region_from_url(base_url) if base_url else None
         )
-        if base_url:
-            self.base_url: str | None = base_url.rstrip("/")
-        elif self.region:
-            self.base_url = descriptor.default_base_url.format(region=self.region).rstrip("/")
-        else:
-            self.base_url = None
-        self._transport = transport
-        self._capabilities = capabilities
+        super().__init__(
+            descriptor,
+            api_key=api_key or None,
+            base_url=base_url,
+            transport=transport,
+            capabilities=capabilities,
+        )
 
-    def capabilities(self, model: str) -> ModelCapabilities:
-        return self._capabilities(model)
+    def _resolve_base_url(self, base_url: str | None) -> str:
+        if base_url:
+            return base_url.rstrip("/")
+        if self.region:
+            return self.descriptor.default_base_url.format(region=self.region).rstrip("/")
+        return ""
 
     def url(self, model: str, *, stream: bool) -> str:
-        if self.base_url is None:
+        if not self.base_url:
             raise errors.BadRequestError(
                 "no region configured for Amazon Bedrock",
                 friendly="No AWS region is configured for Amazon Bedrock. Add one in your "
@@ -691,7 +699,7 @@ class BedrockConverseClient(ProviderClient):
         headers["Accept"] = EVENTSTREAM_CONTENT_TYPE if stream else "application/json"
         return headers
 
-    def _request(
+    def _prepare(
         self,
         model: str,
         messages: list[dict[str, Any]],
@@ -699,7 +707,7 @@ class BedrockConverseClient(ProviderClient):
         settings: Mapping[str, Any],
         *,
         stream: bool,
-    ) -> tuple[str, dict[str, str], dict[str, Any]]:
+    ) -> Prepared:
         body = build_request(
             build_context(messages, tools),
             model=model,
@@ -709,50 +717,38 @@ class BedrockConverseClient(ProviderClient):
         url = self.url(model, stream=stream)
         return url, self._headers(url, body, stream=stream), body
 
-    def complete(
-        self,
-        *,
-        model: str,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        **settings: Any,
-    ) -> AssistantTurn:
-        url, headers, body = self._request(model, messages, tools, settings, stream=False)
-        try:
-            payload = self._transport.post_json(
-                url, headers=headers, body=body, model=model, cancel=settings.get("cancel")
-            )
-        except errors.ProviderError as exc:
-            raise refine_error(exc, model=model) from None
+    def _parse(self, payload: dict[str, Any], *, model: str) -> AssistantTurn:
         return parse_response(payload, model=model)
 
-    def stream(
-        self,
-        *,
-        model: str,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        **settings: Any,
-    ) -> Iterator[StreamChunk]:
-        url, headers, body = self._request(model, messages, tools, settings, stream=True)
-        parser = ConverseStreamParser(model=model)
-        decoder = EventStreamDecoder()
-        chunks = self._transport.stream_bytes(
-            url, headers=headers, body=body, model=model, cancel=settings.get("cancel")
-        )
-        try:
-            for data in chunks:
-                for message in decoder.feed(data):
-                    yield from parser.feed(message)
-            decoder.flush()
-        except errors.ProviderError as exc:
-            keep_partial(exc, parser.partial_turn())
-            raise refine_error(exc, model=model) from None
-        finally:
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()
-        yield StreamChunk(turn=parser.finish())
+    def _stream_parser(self, model: str) -> ConverseStreamParser:
+        return ConverseStreamParser(model=model)
 
-    def close(self) -> None:
-        self._transport.close()
+    def _open_stream(
+        self,
+        url: str,
+        *,
+        headers: dict[str, str],
+        body: dict[str, Any],
+        model: str,
+        cancel: CancelToken | None,
+    ) -> Iterator[EventStreamMessage]:
+        """The binary event stream, decoded into messages."""
+        chunks = self._transport.stream_bytes(
+            url, headers=headers, body=body, model=model, cancel=cancel
+        )
+        return _decoded(chunks)
+
+    def _refine_error(self, exc: errors.ProviderError, *, model: str) -> errors.ProviderError:
+        return refine_error(exc, model=model)
+
+
+def _decoded(chunks: Iterator[bytes]) -> Iterator[EventStreamMessage]:
+    """The event-stream messages in a body's byte chunks (CRCs checked, a frame cut short
+    at the end is an error); closing this closes the transport's iterator."""
+    decoder = EventStreamDecoder()
+    try:
+        for data in chunks:
+            yield from decoder.feed(data)
+        decoder.flush()
+    finally:
+        close_iterator(chunks)

@@ -27,16 +27,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
 from .. import errors, reasoning
-from ..base import ProviderClient
 from ..context import build_context, content_parts, content_text, parse_data_url
 from ..registry import ProviderDescriptor
 from ..types import AssistantTurn, Context, ModelCapabilities, StreamChunk, TokenUsage, ToolCall
-from .openai_completions import keep_partial, parse_tool_arguments
+from ._http_client import HttpProviderClient, Prepared
+from .openai_completions import parse_tool_arguments
 
 GENERATE_PATH = "/models/{model}:generateContent"
 STREAM_PATH = "/models/{model}:streamGenerateContent?alt=sse"
@@ -605,39 +605,24 @@ def parse_response(payload: Mapping[str, Any], *, model: str) -> AssistantTurn:
 # --- The client ---------------------------------------------------------------------------
 
 
-class GeminiClient(ProviderClient):
+class GeminiClient(HttpProviderClient):
     """A `ProviderClient` for the Gemini API. Receives BARE model names. Owns `transport`:
-    `close()` closes it."""
-
-    def __init__(
-        self,
-        descriptor: ProviderDescriptor,
-        *,
-        api_key: str | None,
-        base_url: str | None,
-        transport: Any,
-        capabilities: Callable[[str], ModelCapabilities],
-    ) -> None:
-        self.descriptor = descriptor
-        self._api_key = api_key
-        self.base_url = (base_url or descriptor.default_base_url).rstrip("/")
-        self._transport = transport
-        self._capabilities = capabilities
+    `close()` closes it. Streams have no terminal event: the parser reads to the end of
+    the body, and `finish()` wants a finishReason."""
 
     def url(self, model: str, *, stream: bool) -> str:
         path = STREAM_PATH if stream else GENERATE_PATH
         return self.base_url + path.format(model=model_path(model))
 
-    def capabilities(self, model: str) -> ModelCapabilities:
-        return self._capabilities(model)
-
-    def _request(
+    def _prepare(
         self,
         model: str,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         settings: Mapping[str, Any],
-    ) -> tuple[dict[str, str], dict[str, Any]]:
+        *,
+        stream: bool,
+    ) -> Prepared:
         headers = request_headers(self.descriptor, self._api_key)
         body = build_request(
             build_context(messages, tools),
@@ -645,54 +630,10 @@ class GeminiClient(ProviderClient):
             settings=settings,
             capabilities=self._capabilities(model),
         )
-        return headers, body
+        return self.url(model, stream=stream), headers, body
 
-    def complete(
-        self,
-        *,
-        model: str,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        **settings: Any,
-    ) -> AssistantTurn:
-        headers, body = self._request(model, messages, tools, settings)
-        payload = self._transport.post_json(
-            self.url(model, stream=False),
-            headers=headers,
-            body=body,
-            model=model,
-            cancel=settings.get("cancel"),
-        )
+    def _parse(self, payload: dict[str, Any], *, model: str) -> AssistantTurn:
         return parse_response(payload, model=model)
 
-    def stream(
-        self,
-        *,
-        model: str,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        **settings: Any,
-    ) -> Iterator[StreamChunk]:
-        headers, body = self._request(model, messages, tools, settings)
-        parser = GeminiStreamParser(model=model)
-        events = self._transport.stream_sse(
-            self.url(model, stream=True),
-            headers=headers,
-            body=body,
-            model=model,
-            cancel=settings.get("cancel"),
-        )
-        try:
-            for event in events:
-                yield from parser.feed(event)
-        except errors.ProviderError as exc:
-            keep_partial(exc, parser.partial_turn())
-            raise
-        finally:
-            close = getattr(events, "close", None)
-            if close is not None:
-                close()
-        yield StreamChunk(turn=parser.finish())
-
-    def close(self) -> None:
-        self._transport.close()
+    def _stream_parser(self, model: str) -> GeminiStreamParser:
+        return GeminiStreamParser(model=model)

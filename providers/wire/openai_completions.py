@@ -4,19 +4,22 @@ Context → wire request (`build_request`), and the reply → canonical shapes
 (`CompletionsStreamParser` for `stream=True`, `parse_completion` for one object). Vendor
 differences come from the descriptor's `CompatFlags`, never from branches on a name.
 
-Chat Completions has no provider-private sidecars: `extras` and `cache_control` marks on
-the outbound copy are dropped here (OpenAI caches prefixes automatically).
+Chat Completions has no provider-private sidecars of its own: `extras` and `cache_control`
+marks on the outbound copy are dropped here (OpenAI caches prefixes automatically). The
+one exception is declared, not branched on: a vendor with `replay_reasoning_content`
+(DeepSeek's thinking mode) gets each reply's reasoning kept in `extras["_<provider>"] =
+{"model": <bare model>, "reasoning_content": ...}` and sent back as `reasoning_content` on
+that assistant message, to the same model only; canonical `reasoning` stays display only.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import errors
-from ..base import ProviderClient
 from ..cache_policy import cache_request_fields, cache_request_headers
 from ..cache_spec import get_cache_spec
 from ..context import build_context, content_parts, content_text
@@ -24,6 +27,7 @@ from ..reasoning import completions_reasoning_fields, effort_from
 from ..registry import CompatFlags, ProviderDescriptor
 from ..types import AssistantTurn, Context, ModelCapabilities, StreamChunk, ToolCall
 from ..usage import usage_from_openai
+from ._http_client import HttpProviderClient, Prepared
 
 CHAT_COMPLETIONS_PATH = "/chat/completions"
 DONE_SENTINEL = "[DONE]"
@@ -35,6 +39,11 @@ FALLBACK_REASONING_FIELDS = ("reasoning_content", "reasoning")
 # A tool without a schema still needs one: the API rejects a function without parameters
 # on several compatible vendors.
 EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+# What a model that must get `reasoning_content` back receives on assistant messages it
+# did not write (another model's turns, a switch mid-loop): the field must be present, and
+# a single space is the smallest value DeepSeek is reported to accept (LiteLLM's
+# DeepSeek transformation). It carries no reasoning, so no model sees another's thinking.
+REASONING_CONTENT_PLACEHOLDER = " "
 # Legacy `functions` API spelling, mapped so callers only ever see "tool_calls".
 _FINISH_ALIASES = {"function_call": "tool_calls"}
 
@@ -81,7 +90,27 @@ def _user_content(content: Any) -> str | list[dict[str, Any]]:
     return parts
 
 
-def _assistant_message(message: Mapping[str, Any]) -> dict[str, Any]:
+def sidecar_key(descriptor: ProviderDescriptor) -> str:
+    """`extras` key of the provider's reasoning sidecar (`_deepseek`)."""
+    return f"_{descriptor.name}"
+
+
+def _replayed_reasoning(
+    message: Mapping[str, Any], *, sidecar: str, model: str, placeholder: bool
+) -> str | None:
+    """The `reasoning_content` to send back on an assistant message: the same model's own,
+    else the placeholder where the model needs the field on every message, else None."""
+    kept = (message.get("extras") or {}).get(sidecar)
+    if isinstance(kept, Mapping) and kept.get("model") == model:
+        text = kept.get("reasoning_content")
+        if isinstance(text, str) and text:
+            return text
+    return REASONING_CONTENT_PLACEHOLDER if placeholder else None
+
+
+def _assistant_message(
+    message: Mapping[str, Any], *, reasoning_content: str | None = None
+) -> dict[str, Any]:
     text = content_text(message.get("content"))
     calls = message.get("tool_calls") or []
     out: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
@@ -97,6 +126,8 @@ def _assistant_message(message: Mapping[str, Any]) -> dict[str, Any]:
             }
             for call in calls
         ]
+    if reasoning_content is not None:
+        out["reasoning_content"] = reasoning_content
     return out
 
 
@@ -107,8 +138,20 @@ def _arguments_json(call: Mapping[str, Any]) -> str:
     return json.dumps(arguments or {}, ensure_ascii=False, separators=(",", ":"))
 
 
-def _build_messages(ctx: Context, compat: CompatFlags) -> list[dict[str, Any]]:
-    """Canonical dialogue → Chat Completions messages (system excluded)."""
+def _build_messages(
+    ctx: Context,
+    compat: CompatFlags,
+    *,
+    model: str = "",
+    sidecar: str = "",
+    thinks: bool = False,
+) -> list[dict[str, Any]]:
+    """Canonical dialogue → Chat Completions messages (system excluded).
+
+    With `compat.replay_reasoning_content`, assistant messages carry `reasoning_content`:
+    their own (from the `sidecar` extras) when `model` wrote them, a placeholder otherwise
+    when the model `thinks` (its capabilities say it reasons), nothing when unknown.
+    """
     out: list[dict[str, Any]] = []
     call_names: dict[str, str] = {}
     for message in ctx.messages:
@@ -118,7 +161,12 @@ def _build_messages(ctx: Context, compat: CompatFlags) -> list[dict[str, Any]]:
         elif role == "assistant":
             for call in message.get("tool_calls") or []:
                 call_names[call["id"]] = call["name"]
-            out.append(_assistant_message(message))
+            replayed = (
+                _replayed_reasoning(message, sidecar=sidecar, model=model, placeholder=thinks)
+                if compat.replay_reasoning_content
+                else None
+            )
+            out.append(_assistant_message(message, reasoning_content=replayed))
         elif role == "tool":
             call_id = message.get("tool_call_id") or ""
             tool: dict[str, Any] = {
@@ -191,7 +239,14 @@ def build_request(
     compat = descriptor.compat
     body: dict[str, Any] = {
         "model": model,
-        "messages": _build_system(ctx.system_prompt, compat) + _build_messages(ctx, compat),
+        "messages": _build_system(ctx.system_prompt, compat)
+        + _build_messages(
+            ctx,
+            compat,
+            model=model,
+            sidecar=sidecar_key(descriptor),
+            thinks=bool(capabilities is not None and capabilities.reasoning),
+        ),
     }
     if ctx.tools:
         body["tools"] = _build_tools(ctx.tools, compat)
@@ -292,12 +347,17 @@ class CompletionsStreamParser:
     the partial turn) when the stream ended with neither `[DONE]` nor a finish_reason.
     Tool-call ids and names arrive on a call's first fragment only; calls are assembled
     per wire `index`. A fragment carrying a different id at an index already in use starts
-    a new call: some compatible servers number every call 0.
+    a new call: some compatible servers number every call 0. With `sidecar` (an `extras`
+    key) the reasoning is also kept there for replay to the same model (see
+    `replay_reasoning_content`).
     """
 
-    def __init__(self, *, model: str, reasoning_field: str | None = None) -> None:
+    def __init__(
+        self, *, model: str, reasoning_field: str | None = None, sidecar: str | None = None
+    ) -> None:
         self.model = model
         self.reasoning_field = reasoning_field
+        self.sidecar = sidecar
         self.done = False
         self._text: list[str] = []
         self._reasoning: list[str] = []
@@ -376,12 +436,14 @@ class CompletionsStreamParser:
             _tool_call(b.id or f"call_{i}", b.name or "", "".join(b.fragments))
             for i, b in enumerate(self._calls)
         ]
+        reasoning = "".join(self._reasoning) or None
         return AssistantTurn(
             text="".join(self._text) or None,
             tool_calls=calls,
             finish_reason=_finish_reason(self._finish, bool(calls)),
             raw=self._raw or None,
-            reasoning="".join(self._reasoning) or None,
+            reasoning=reasoning,
+            extras=_reasoning_sidecar(self.sidecar, self.model, reasoning),
             usage=usage_from_openai(self._usage),
         )
 
@@ -394,16 +456,21 @@ class CompletionsStreamParser:
         return errors.StreamError(message, model=self.model, partial=self.partial_turn())
 
 
-def keep_partial(exc: errors.ProviderError, partial: AssistantTurn) -> None:
-    """Give a transport failure (reset mid-stream, cancel) the text streamed so far."""
-    if getattr(exc, "partial", None) is None:
-        exc.partial = partial
+def _reasoning_sidecar(sidecar: str | None, model: str, reasoning: str | None) -> dict[str, Any]:
+    """`extras` holding the reply's reasoning for replay to `model`, when kept at all."""
+    if not sidecar or not reasoning:
+        return {}
+    return {sidecar: {"model": model, "reasoning_content": reasoning}}
 
 
 def parse_completion(
-    payload: Mapping[str, Any], *, model: str, reasoning_field: str | None = None
+    payload: Mapping[str, Any],
+    *,
+    model: str,
+    reasoning_field: str | None = None,
+    sidecar: str | None = None,
 ) -> AssistantTurn:
-    """A non-streamed `chat.completion` object → AssistantTurn."""
+    """A non-streamed `chat.completion` object → AssistantTurn (`sidecar` as the parser's)."""
     if payload.get("error"):
         raise errors.error_from_event(dict(payload), model=model)
     choices = payload.get("choices") or []
@@ -419,12 +486,14 @@ def parse_completion(
         )
         for i, call in enumerate(message.get("tool_calls") or [])
     ]
+    reasoning = _reasoning_of(message, reasoning_field) or None
     return AssistantTurn(
         text=_text_of(message.get("content")) or None,
         tool_calls=calls,
         finish_reason=_finish_reason(choice.get("finish_reason"), bool(calls)),
         raw=dict(payload),
-        reasoning=_reasoning_of(message, reasoning_field) or None,
+        reasoning=reasoning,
+        extras=_reasoning_sidecar(sidecar, model, reasoning),
         usage=usage_from_openai(payload.get("usage")),
     )
 
@@ -438,36 +507,18 @@ def _raw_arguments(value: Any) -> str | None:
 # --- The client ---------------------------------------------------------------------------
 
 
-class OpenAICompletionsClient(ProviderClient):
+class OpenAICompletionsClient(HttpProviderClient):
     """A `ProviderClient` for one Chat Completions provider (OpenAI, Ollama, DeepSeek...).
 
     Receives BARE model names (the router strips the prefix). Owns `transport`: `close()`
     closes it.
     """
 
-    def __init__(
-        self,
-        descriptor: ProviderDescriptor,
-        *,
-        api_key: str | None,
-        base_url: str | None,
-        transport: Any,
-        capabilities: Callable[[str], ModelCapabilities],
-    ) -> None:
-        self.descriptor = descriptor
-        self._api_key = api_key
-        self.base_url = (base_url or descriptor.default_base_url).rstrip("/")
-        self._transport = transport
-        self._capabilities = capabilities
-
     @property
     def url(self) -> str:
         return self.base_url + CHAT_COMPLETIONS_PATH
 
-    def capabilities(self, model: str) -> ModelCapabilities:
-        return self._capabilities(model)
-
-    def _request(
+    def _prepare(
         self,
         model: str,
         messages: list[dict[str, Any]],
@@ -475,66 +526,39 @@ class OpenAICompletionsClient(ProviderClient):
         settings: Mapping[str, Any],
         *,
         stream: bool,
-    ) -> tuple[dict[str, str], dict[str, Any]]:
+    ) -> Prepared:
         headers = {
             **auth_headers(self.descriptor, self._api_key),
             **_cache_headers(settings, self.descriptor),
         }
-        ctx = build_context(messages, tools)
         body = build_request(
-            ctx,
+            build_context(messages, tools),
             model=model,
             descriptor=self.descriptor,
             stream=stream,
             settings=settings,
             capabilities=self._capabilities(model),
         )
-        return headers, body
+        return self.url, headers, body
 
-    def complete(
-        self,
-        *,
-        model: str,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        **settings: Any,
-    ) -> AssistantTurn:
-        headers, body = self._request(model, messages, tools, settings, stream=False)
-        payload = self._transport.post_json(
-            self.url, headers=headers, body=body, model=model, cancel=settings.get("cancel")
-        )
+    @property
+    def _sidecar(self) -> str | None:
+        """Where replies keep their reasoning for replay, for vendors that need it back."""
+        if not self.descriptor.compat.replay_reasoning_content:
+            return None
+        return sidecar_key(self.descriptor)
+
+    def _parse(self, payload: dict[str, Any], *, model: str) -> AssistantTurn:
         return parse_completion(
-            payload, model=model, reasoning_field=self.descriptor.compat.reasoning_field
+            payload,
+            model=model,
+            reasoning_field=self.descriptor.compat.reasoning_field,
+            sidecar=self._sidecar,
         )
 
-    def stream(
-        self,
-        *,
-        model: str,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        **settings: Any,
-    ) -> Iterator[StreamChunk]:
-        headers, body = self._request(model, messages, tools, settings, stream=True)
-        parser = CompletionsStreamParser(
-            model=model, reasoning_field=self.descriptor.compat.reasoning_field
+    def _stream_parser(self, model: str) -> CompletionsStreamParser:
+        return CompletionsStreamParser(
+            model=model,
+            reasoning_field=self.descriptor.compat.reasoning_field,
+            sidecar=self._sidecar,
         )
-        events = self._transport.stream_sse(
-            self.url, headers=headers, body=body, model=model, cancel=settings.get("cancel")
-        )
-        try:
-            for event in events:
-                yield from parser.feed(event)
-                if parser.done:
-                    break
-        except errors.ProviderError as exc:
-            keep_partial(exc, parser.partial_turn())
-            raise
-        finally:
-            close = getattr(events, "close", None)
-            if close is not None:
-                close()
-        yield StreamChunk(turn=parser.finish())
-
-    def close(self) -> None:
-        self._transport.close()

@@ -22,11 +22,10 @@ the plain transcript.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from .. import errors
-from ..base import ProviderClient
 from ..cache_policy import cache_request_fields
 from ..cache_spec import get_cache_spec
 from ..context import build_context, content_parts, content_text, parse_data_url
@@ -40,7 +39,8 @@ from ..types import (
     TokenUsage,
     ToolCall,
 )
-from .openai_completions import auth_headers, keep_partial, parse_tool_arguments
+from ._http_client import HttpProviderClient, Prepared
+from .openai_completions import auth_headers, parse_tool_arguments
 
 RESPONSES_PATH = "/responses"
 SIDECAR = "_openai"
@@ -639,33 +639,15 @@ def parse_response(payload: Mapping[str, Any], *, model: str) -> AssistantTurn:
 # --- The client ---------------------------------------------------------------------------
 
 
-class OpenAIResponsesClient(ProviderClient):
+class OpenAIResponsesClient(HttpProviderClient):
     """A `ProviderClient` for the Responses API. Receives BARE model names (the router
     strips the prefix). Owns `transport`: `close()` closes it."""
-
-    def __init__(
-        self,
-        descriptor: ProviderDescriptor,
-        *,
-        api_key: str | None,
-        base_url: str | None,
-        transport: Any,
-        capabilities: Callable[[str], ModelCapabilities],
-    ) -> None:
-        self.descriptor = descriptor
-        self._api_key = api_key
-        self.base_url = (base_url or descriptor.default_base_url).rstrip("/")
-        self._transport = transport
-        self._capabilities = capabilities
 
     @property
     def url(self) -> str:
         return self.base_url + RESPONSES_PATH
 
-    def capabilities(self, model: str) -> ModelCapabilities:
-        return self._capabilities(model)
-
-    def _request(
+    def _prepare(
         self,
         model: str,
         messages: list[dict[str, Any]],
@@ -673,7 +655,7 @@ class OpenAIResponsesClient(ProviderClient):
         settings: Mapping[str, Any],
         *,
         stream: bool,
-    ) -> tuple[dict[str, str], dict[str, Any]]:
+    ) -> Prepared:
         headers = auth_headers(self.descriptor, self._api_key)
         body = build_request(
             build_context(messages, tools),
@@ -683,48 +665,10 @@ class OpenAIResponsesClient(ProviderClient):
             settings=settings,
             capabilities=self._capabilities(model),
         )
-        return headers, body
+        return self.url, headers, body
 
-    def complete(
-        self,
-        *,
-        model: str,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        **settings: Any,
-    ) -> AssistantTurn:
-        headers, body = self._request(model, messages, tools, settings, stream=False)
-        payload = self._transport.post_json(
-            self.url, headers=headers, body=body, model=model, cancel=settings.get("cancel")
-        )
+    def _parse(self, payload: dict[str, Any], *, model: str) -> AssistantTurn:
         return parse_response(payload, model=model)
 
-    def stream(
-        self,
-        *,
-        model: str,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        **settings: Any,
-    ) -> Iterator[StreamChunk]:
-        headers, body = self._request(model, messages, tools, settings, stream=True)
-        parser = ResponsesStreamParser(model=model)
-        events = self._transport.stream_sse(
-            self.url, headers=headers, body=body, model=model, cancel=settings.get("cancel")
-        )
-        try:
-            for event in events:
-                yield from parser.feed(event)
-                if parser.done:
-                    break
-        except errors.ProviderError as exc:
-            keep_partial(exc, parser.partial_turn())
-            raise
-        finally:
-            close = getattr(events, "close", None)
-            if close is not None:
-                close()
-        yield StreamChunk(turn=parser.finish())
-
-    def close(self) -> None:
-        self._transport.close()
+    def _stream_parser(self, model: str) -> ResponsesStreamParser:
+        return ResponsesStreamParser(model=model)

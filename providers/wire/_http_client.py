@@ -1,0 +1,200 @@
+"""The shape every wire client shares: one provider's HTTP client over the `Transport`.
+
+Each wire module (openai_completions, openai_responses, anthropic_messages, gemini,
+bedrock_converse) translates requests and parses replies its own way, but they all hold
+the same things (descriptor, key, base URL, transport, the router's capabilities
+callback), call the same way (build the request, POST it, parse the reply) and stream the
+same way: feed events to a parser, give a failure the partial turn, always release the
+connection, end with the final chunk. That part lives here, once; a wire client supplies
+only its hooks (`_prepare`, `_parse`, `_stream_parser`, and where its API differs,
+`_open_stream`, `_refine_error`, `stop_when_done`).
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, ClassVar, NoReturn, Protocol
+
+from .. import errors
+from ..base import ProviderClient
+from ..cancel import CancelToken
+from ..registry import ProviderDescriptor
+from ..types import AssistantTurn, ModelCapabilities, StreamChunk
+
+Prepared = tuple[str, dict[str, str], dict[str, Any]]
+"""One call's (url, headers, JSON body)."""
+
+
+class StreamParser(Protocol):
+    """What `HttpProviderClient._stream_turn` needs of a wire module's stream parser.
+
+    A parser with a `done` attribute (set at the API's terminal event) may end the read
+    early; parsers of APIs without a terminal event simply have none.
+    """
+
+    def feed(self, event: Any) -> list[StreamChunk]: ...
+
+    def partial_turn(self) -> AssistantTurn: ...
+
+    def finish(self) -> AssistantTurn: ...
+
+
+def keep_partial(exc: errors.ProviderError, partial: AssistantTurn) -> None:
+    """Give a transport failure (reset mid-stream, cancel) the text streamed so far."""
+    if getattr(exc, "partial", None) is None:
+        exc.partial = partial
+
+
+def close_iterator(events: Iterable[Any]) -> None:
+    """Release the connection behind a transport iterator (a generator: `close()` runs its
+    cleanup); iterables without `close` hold nothing."""
+    close = getattr(events, "close", None)
+    if close is not None:
+        close()
+
+
+class HttpProviderClient(ProviderClient):
+    """A `ProviderClient` for one provider of one wire API.
+
+    Receives BARE model names (the router strips the prefix). Owns `transport`: `close()`
+    closes it. `base_url` is the profile's override or the descriptor's default, without a
+    trailing slash (a subclass whose default needs filling in overrides `_resolve_base_url`).
+    """
+
+    # Streaming stops reading at the parser's terminal event (`parser.done`); an API that
+    # sends more after it (Bedrock's usage `metadata`) sets this False.
+    stop_when_done: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        descriptor: ProviderDescriptor,
+        *,
+        api_key: str | None,
+        base_url: str | None,
+        transport: Any,
+        capabilities: Callable[[str], ModelCapabilities],
+    ) -> None:
+        self.descriptor = descriptor
+        self._api_key = api_key
+        self.base_url = self._resolve_base_url(base_url)
+        self._transport = transport
+        self._capabilities = capabilities
+
+    def _resolve_base_url(self, base_url: str | None) -> str | None:
+        return (base_url or self.descriptor.default_base_url).rstrip("/")
+
+    def capabilities(self, model: str) -> ModelCapabilities:
+        return self._capabilities(model)
+
+    def close(self) -> None:
+        self._transport.close()
+
+    # --- hooks ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def _prepare(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        settings: Mapping[str, Any],
+        *,
+        stream: bool,
+    ) -> Prepared:
+        """(url, headers, body) of one call. Raises before any I/O when it cannot be made
+        (no key, no region): the caller gets a friendly error, the network nothing."""
+
+    @abstractmethod
+    def _parse(self, payload: dict[str, Any], *, model: str) -> AssistantTurn:
+        """A whole (non-streamed) reply → AssistantTurn."""
+
+    @abstractmethod
+    def _stream_parser(self, model: str) -> StreamParser:
+        """A fresh parser for one streamed reply."""
+
+    def _open_stream(
+        self,
+        url: str,
+        *,
+        headers: dict[str, str],
+        body: dict[str, Any],
+        model: str,
+        cancel: CancelToken | None,
+    ) -> Iterable[Any]:
+        """The events `_stream_parser`'s parser is fed: Server-Sent Events by default."""
+        return self._transport.stream_sse(
+            url, headers=headers, body=body, model=model, cancel=cancel
+        )
+
+    def _refine_error(self, exc: errors.ProviderError, *, model: str) -> errors.ProviderError:
+        """Re-read a failure with the API's own phrasing; the error itself by default."""
+        return exc
+
+    # --- ProviderClient --------------------------------------------------------------------
+
+    def complete(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        **settings: Any,
+    ) -> AssistantTurn:
+        url, headers, body = self._prepare(model, messages, tools, settings, stream=False)
+        try:
+            payload = self._transport.post_json(
+                url, headers=headers, body=body, model=model, cancel=settings.get("cancel")
+            )
+        except errors.ProviderError as exc:
+            self._reraise(exc, model=model)
+        return self._parse(payload, model=model)
+
+    def stream(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        **settings: Any,
+    ) -> Iterator[StreamChunk]:
+        url, headers, body = self._prepare(model, messages, tools, settings, stream=True)
+        parser = self._stream_parser(model)
+        events = self._open_stream(
+            url, headers=headers, body=body, model=model, cancel=settings.get("cancel")
+        )
+        try:
+            yield from self._stream_turn(parser, events, stop_when_done=self.stop_when_done)
+        except errors.ProviderError as exc:
+            self._reraise(exc, model=model)
+
+    def _reraise(self, exc: errors.ProviderError, *, model: str) -> NoReturn:
+        refined = self._refine_error(exc, model=model)
+        if refined is exc:
+            raise exc
+        raise refined from None
+
+    @staticmethod
+    def _stream_turn(
+        parser: StreamParser, events: Iterable[Any], *, stop_when_done: bool = True
+    ) -> Iterator[StreamChunk]:
+        """Feed `events` to `parser`, yielding its deltas, then one chunk with the turn.
+
+        Reading stops at the parser's terminal event (`parser.done`) when `stop_when_done`
+        (an API that sends something after it, like Bedrock's usage `metadata`, passes
+        False and reads to the end of the body). A `ProviderError` on the way keeps the
+        partial turn and propagates; the event iterator is closed whatever happens, so a
+        consumer that stops early (Stop, a crash) never leaves the upstream socket open.
+        `finish()` judges a stream that ended without its terminal event.
+        """
+        try:
+            for event in events:
+                yield from parser.feed(event)
+                if stop_when_done and getattr(parser, "done", False):
+                    break
+        except errors.ProviderError as exc:
+            keep_partial(exc, parser.partial_turn())
+            raise
+        finally:
+            close_iterator(events)
+        yield StreamChunk(turn=parser.finish())

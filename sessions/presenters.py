@@ -1,0 +1,208 @@
+"""What the chat page shows for stored data: messages, checkpoints and turn footers as
+plain dicts for the templates, with text rendered by `sessions.markdown`.
+
+The same functions serve the first page load, "load earlier" and the live page's fetch
+of a just-committed message, so a message looks the same however it arrived.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils.safestring import mark_safe
+
+from providers.types import ModelCapabilities
+from sessions.markdown import render_markdown
+from sessions.models import CompactionCheckpoint, Message, Session, Turn
+
+# Tool output can be a whole file or web page; the card shows the start of it (the JSON
+# export has all of it).
+TOOL_TEXT_DISPLAY_CHARS = 20_000
+# Turn states after which the user can act on a turn (the page shows why and a button).
+RETRYABLE = (Turn.Status.FAILED, Turn.Status.INTERRUPTED)
+# Money is shown to the cent, or to four places for the sub-cent costs of small calls.
+COST_PLACES = Decimal("0.0001")
+
+
+def format_cost(cost: Any) -> str | None:
+    if cost is None:
+        return None
+    value = Decimal(str(cost))
+    if value >= 1:
+        return f"${value.quantize(Decimal('0.01'))}"
+    return f"${value.quantize(COST_PLACES)}"
+
+
+def _text_parts(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n\n".join(
+            str(p.get("text", ""))
+            for p in content
+            if isinstance(p, dict) and p.get("type") == "text"
+        )
+    return ""
+
+
+def _attachments(session: Session, content: Any) -> list[dict[str, Any]]:
+    out = []
+    for part in content if isinstance(content, list) else ():
+        if not isinstance(part, dict) or part.get("type") not in ("image_url", "file"):
+            continue
+        meta = part.get("attachment") or {}
+        attachment_id = meta.get("id")
+        url = None
+        if attachment_id:
+            url = reverse("attachment_download", args=[session.pk, attachment_id])
+        out.append(
+            {
+                "name": meta.get("name") or ("image" if part["type"] == "image_url" else "file"),
+                "mime": meta.get("mime", ""),
+                "is_image": part["type"] == "image_url",
+                "url": url,
+            }
+        )
+    return out
+
+
+def message_view(session: Session, message: Message) -> dict[str, Any]:
+    extras = message.extras or {}
+    view: dict[str, Any] = {
+        "seq": message.seq,
+        "role": message.role,
+        "turn": str(message.turn_id) if message.turn_id else "",
+        "model": message.model,
+        "cancelled": message.finish_reason == "cancelled",
+    }
+    if message.role == "tool":
+        text = _text_parts(message.content)
+        view.update(
+            tool_name=extras.get("tool") or "tool",
+            is_error=bool(extras.get("is_error")),
+            tool_call_id=message.tool_call_id,
+            tool_text=text[:TOOL_TEXT_DISPLAY_CHARS],
+            tool_truncated=len(text) > TOOL_TEXT_DISPLAY_CHARS,
+        )
+        return view
+    view["html"] = mark_safe(render_markdown(_text_parts(message.content)))  # noqa: S308 - sanitised by nh3
+    view["attachments"] = _attachments(session, message.content)
+    if message.reasoning:
+        view["reasoning_html"] = mark_safe(render_markdown(message.reasoning))  # noqa: S308
+    view["tool_calls"] = [
+        {
+            "id": call.get("id", ""),
+            "name": call.get("name", ""),
+            "arguments": json.dumps(call.get("arguments"), indent=2, ensure_ascii=False),
+        }
+        for call in (message.tool_calls or [])
+        if isinstance(call, dict)
+    ]
+    return view
+
+
+def checkpoint_view(checkpoint: CompactionCheckpoint) -> dict[str, Any]:
+    return {
+        "boundary_seq": checkpoint.boundary_seq,
+        "summary_html": mark_safe(render_markdown(checkpoint.summary)),  # noqa: S308
+        "tokens_before": checkpoint.tokens_before,
+        "tokens_after": checkpoint.tokens_after,
+    }
+
+
+def turn_view(turn: Turn) -> dict[str, Any]:
+    return {
+        "id": str(turn.pk),
+        "status": turn.status,
+        "error": turn.error,
+        "error_kind": turn.error_kind,
+        "cost": format_cost(turn.cost),
+        "retryable": turn.status in RETRYABLE,
+        "active": turn.status in Turn.ACTIVE,
+    }
+
+
+@dataclass
+class Window:
+    items: list[dict[str, Any]]
+    first_seq: int
+    last_seq: int
+    has_more: bool
+
+
+def build_items(
+    session: Session,
+    messages: list[Message],
+    turns: dict[str, Turn],
+    checkpoints: list[CompactionCheckpoint],
+    *,
+    closed_last_turn: bool,
+) -> list[dict[str, Any]]:
+    """Page items in order: checkpoints before their boundary message, messages, and a
+    footer after each turn's last message in the window (the last turn's only when
+    `closed_last_turn`: a live turn gets its footer from the socket)."""
+    at: dict[int, list[CompactionCheckpoint]] = {}
+    for checkpoint in checkpoints:
+        at.setdefault(checkpoint.boundary_seq, []).append(checkpoint)
+    items: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        for checkpoint in at.get(message.seq, ()):
+            items.append({"kind": "checkpoint", "checkpoint": checkpoint_view(checkpoint)})
+        items.append({"kind": "message", "message": message_view(session, message)})
+        turn_id = str(message.turn_id) if message.turn_id else ""
+        following = messages[index + 1] if index + 1 < len(messages) else None
+        ends_turn = following is None or str(following.turn_id or "") != turn_id
+        turn = turns.get(turn_id)
+        closes = following is not None or closed_last_turn
+        if turn is not None and ends_turn and closes and turn.status not in Turn.ACTIVE:
+            items.append({"kind": "turn", "turn": turn_view(turn)})
+    return items
+
+
+def render_items(items: list[dict[str, Any]], *, request: Any = None) -> str:
+    return render_to_string("sessions/_items.html", {"items": items}, request=request)
+
+
+def render_message_html(session: Session, message: Message) -> str:
+    return render_to_string(
+        "sessions/_items.html",
+        {"items": [{"kind": "message", "message": message_view(session, message)}]},
+    )
+
+
+def caps_payload(caps: ModelCapabilities) -> dict[str, Any]:
+    return {
+        "vision": caps.vision,
+        "pdf": caps.pdf,
+        "tools": caps.tools,
+        "reasoning": caps.reasoning,
+        "context_window": caps.context_window,
+        "curated": caps.curated,
+    }
+
+
+def caps_label(caps: ModelCapabilities) -> str:
+    """ "vision · PDF · tools · reasoning · 200k context" — what the model is known to do."""
+    bits = [
+        name
+        for name, flag in (
+            ("vision", caps.vision),
+            ("PDF", caps.pdf),
+            ("tools", caps.tools),
+            ("reasoning", caps.reasoning),
+        )
+        if flag
+    ]
+    if caps.context_window:
+        window = caps.context_window
+        bits.append(
+            f"{window // 1_000_000}M context"
+            if window >= 1_000_000 and window % 1_000_000 == 0
+            else f"{round(window / 1000)}k context"
+        )
+    return " · ".join(bits) or "text only"
