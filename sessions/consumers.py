@@ -129,8 +129,10 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
 
     async def _on_decide(self, content: dict[str, Any]) -> None:
         turn = await self._turn(content)
+        if turn is None:
+            return
         call_id = content.get("call_id")
-        if turn is None or not isinstance(call_id, str):
+        if not isinstance(call_id, str):
             await self._error("approve/deny take turn and call_id.")
             return
         await database_sync_to_async(services.turn_decide_tool)(
@@ -144,8 +146,10 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
 
     async def _on_resume(self, content: dict[str, Any]) -> None:
         turn = await self._turn(content)
+        if turn is None:
+            return
         after = content.get("after", 0)
-        if turn is None or not isinstance(after, int) or after < 0:
+        if not isinstance(after, int) or after < 0:
             await self._error("resume takes turn and after (a sequence number).")
             return
         turn_id = str(turn.pk)
