@@ -7,6 +7,10 @@ Ollama's /v1, OpenRouter...).
 `delta.reasoning_content` (DeepSeek) or `delta.reasoning` (OpenRouter, Ollama) per
 `reasoning_field`. `api_key=None` accepts any or no Authorization (Ollama).
 
+`require_reasoning_content=True` enforces DeepSeek's thinking-mode rule: in every turn
+(between two user messages) in which the model called tools, each assistant message must
+carry a `reasoning_content` string, or the request is refused with DeepSeek's 400.
+
 `simulate_cache=True` meters automatic prefix caching the way OpenAI does: no marks, the
 longest prefix this request shares with any earlier one (model, tools, then messages) is
 served from cache once it reaches CACHE_MIN_TOKENS, counted in CACHE_BLOCK_TOKENS steps,
@@ -50,6 +54,12 @@ from .server import (
 SYSTEM_FINGERPRINT = "fp_fake0001"
 DEFAULT_MODELS = ("gpt-fake",)
 REASONING_FIELDS = ("reasoning_content", "reasoning")
+# DeepSeek's 400 for a tool-loop assistant message sent back without its reasoning.
+MISSING_REASONING_CONTENT = (
+    "Missing `reasoning_content` field in the assistant message at message index {index}. "
+    "For more information, please refer to "
+    "https://api-docs.deepseek.com/guides/thinking_mode#tool-calls"
+)
 # Automatic caching starts at 1024 prompt tokens and then grows in 128-token increments.
 CACHE_MIN_TOKENS = 1024
 CACHE_BLOCK_TOKENS = 128
@@ -148,6 +158,7 @@ class OpenAIChatFake(FakeServer):
         *,
         reasoning_field: str = "reasoning_content",
         report_usage: bool = True,
+        require_reasoning_content: bool = False,
         **options: Any,
     ) -> None:
         if reasoning_field not in REASONING_FIELDS:
@@ -156,6 +167,7 @@ class OpenAIChatFake(FakeServer):
         self.reasoning_field = reasoning_field
         # False: ignore stream_options.include_usage and omit usage (some compat vendors).
         self.report_usage = report_usage
+        self.require_reasoning_content = require_reasoning_content
         self.cache_keys: list[str | None] = []
         self._cached_prompts: list[str] = []
 
@@ -304,7 +316,10 @@ class OpenAIChatFake(FakeServer):
                     f"Missing required parameter: 'tools[{position}].function.name'.",
                     f"tools[{position}].function.name",
                 )
-        return _check_tool_messages(messages, invalid)
+        problem = _check_tool_messages(messages, invalid)
+        if problem is None and self.require_reasoning_content:
+            problem = _check_reasoning_content(messages, invalid)
+        return problem
 
 
 class ChatRenderer:
@@ -532,6 +547,23 @@ def _check_tool_messages(messages: list[Any], invalid: Any) -> dict[str, Any] | 
             pending = [
                 call.get("id") for call in message.get("tool_calls") or [] if isinstance(call, dict)
             ]
+    return None
+
+
+def _check_reasoning_content(messages: list[Any], invalid: Any) -> dict[str, Any] | None:
+    """Each assistant message of a turn that called tools carries `reasoning_content`."""
+    turns: list[list[tuple[int, dict[str, Any]]]] = [[]]
+    for position, message in enumerate(messages):
+        if message.get("role") == "user":
+            turns.append([])
+        elif message.get("role") == "assistant":
+            turns[-1].append((position, message))
+    for turn in turns:
+        if not any(message.get("tool_calls") for _, message in turn):
+            continue
+        for position, message in turn:
+            if not isinstance(message.get("reasoning_content"), str):
+                return invalid(MISSING_REASONING_CONTENT.format(index=position))
     return None
 
 
