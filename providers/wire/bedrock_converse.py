@@ -281,6 +281,20 @@ def _reasoning_fields(
     return plan.max_tokens, fields
 
 
+def _continues_unthought_tool_loop(messages: list[dict[str, Any]]) -> bool:
+    """The request answers tool calls of an assistant message whose first block is not
+    reasoning (wire messages)."""
+    if len(messages) < 2 or messages[-1].get("role") != "user":
+        return False
+    if not any("toolResult" in block for block in messages[-1].get("content") or []):
+        return False
+    assistant = messages[-2]
+    blocks = assistant.get("content") or []
+    return assistant.get("role") == "assistant" and (
+        not blocks or "reasoningContent" not in blocks[0]
+    )
+
+
 def build_request(
     ctx: Context,
     *,
@@ -299,9 +313,14 @@ def build_request(
     max_tokens = settings.get("max_tokens") or (
         capabilities.max_output_tokens if capabilities is not None else None
     )
-    max_tokens, extra_fields = _reasoning_fields(
-        settings, capabilities, int(max_tokens) if max_tokens else None
-    )
+    requested_max = int(max_tokens) if max_tokens else None
+    max_tokens, extra_fields = _reasoning_fields(settings, capabilities, requested_max)
+    if (extra_fields.get("thinking") or {}).get("type") == "enabled" and (
+        _continues_unthought_tool_loop(body["messages"])
+    ):
+        # Claude refuses a thinking budget on a request that answers tool calls of an
+        # assistant turn that did not start with thinking (another model's tool loop).
+        max_tokens, extra_fields = requested_max, {}
     inference: dict[str, Any] = {}
     if max_tokens:
         inference["maxTokens"] = int(max_tokens)

@@ -667,3 +667,29 @@ def test_end_to_end_cancel_during_a_slow_drip_closes_the_upstream(transport):
         assert server.wait_for_disconnect(5.0)
 
     assert first.text == "one "
+
+
+def test_a_thinking_budget_is_not_sent_into_another_models_tool_loop():
+    from providers.context import build_context
+    from providers.types import ModelCapabilities
+    from providers.wire.bedrock_converse import build_request
+
+    caps = ModelCapabilities(reasoning=True, thinking="budget", max_output_tokens=64_000)
+    history = [
+        {"role": "user", "content": "list files"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "call_1", "name": "list_files", "arguments": {}}],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "a.txt"},
+    ]
+    settings = {"reasoning_effort": "high"}
+    body = build_request(
+        build_context(history, None), model="m", settings=settings, capabilities=caps
+    )
+    assert "additionalModelRequestFields" not in body
+    fresh = build_request(
+        build_context(history[:1], None), model="m", settings=settings, capabilities=caps
+    )
+    assert fresh["additionalModelRequestFields"]["thinking"]["type"] == "enabled"
