@@ -13,10 +13,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from openworker import compaction
+from openworker.dbcall import db
 from providers.base import ProviderClient
 from providers.errors import ProviderError
 from sessions.models import CompactionCheckpoint, CompactionSettings, Message, Session
@@ -77,8 +77,8 @@ async def maybe_compact(
     cancel: Any = None,
 ) -> tuple[compaction.CompactionState | None, CompactionOutcome | None]:
     """The state to apply to this request, and the new checkpoint if one was made now."""
-    cfg = await sync_to_async(CompactionSettings.load)()
-    state, reported = await sync_to_async(load_state)(session_id)
+    cfg = await db(CompactionSettings.load)()
+    state, reported = await db(load_state)(session_id)
     if state is not None and state.boundary_index >= len(history):
         state = None  # stale (should not happen: the transcript is append-only)
     signal = reported or compaction.estimate_tokens(compaction.apply_to_outbound(history, state))
@@ -119,7 +119,7 @@ async def maybe_compact(
         return state, None
     new_state = compaction.compact(history, summary=summary.text, boundary=boundary, prior=state)
     after = compaction.estimate_tokens(compaction.apply_to_outbound(history, new_state))
-    checkpoint = await sync_to_async(_save)(
+    checkpoint = await db(_save)(
         session_id=session_id,
         turn_id=turn_id,
         state=new_state,

@@ -31,6 +31,7 @@ from django.conf import settings
 
 from openworker import history as outbound_history
 from openworker.compactor import maybe_compact
+from openworker.dbcall import db as _db
 from openworker.degradation import degradation_note
 from openworker.replay import get_replay_buffer
 from openworker.runner import register_local, unregister_local
@@ -61,10 +62,6 @@ class LeaseLost(Exception):
 
 def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def _db(fn: Callable[..., Any]) -> Callable[..., Any]:
-    return sync_to_async(fn, thread_sensitive=True)
 
 
 @dataclass

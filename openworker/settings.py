@@ -180,8 +180,10 @@ if DISTRIBUTED:
             "CONFIG": {
                 "hosts": [REDIS_URL],
                 "prefix": envstr("CHANNELS_PREFIX", "openworker"),
-                # A browser that stops reading must not stall the publisher for long.
-                "capacity": envint("CHANNELS_CAPACITY", 1500),
+                # One Daphne process receives for all its sockets through one list, so the
+                # capacity bounds the whole process's backlog: sized for hundreds of
+                # streaming sockets (the replay buffer recovers anything dropped past it).
+                "capacity": envint("CHANNELS_CAPACITY", 20_000),
                 "expiry": 60,
             },
         }

@@ -38,6 +38,7 @@ class TurnEmitter:
         self._text: list[str] = []
         self._reasoning: list[str] = []
         self._flush_handle: asyncio.TimerHandle | None = None
+        self._last_flush = float("-inf")
         self._flush_tasks: set[asyncio.Task[None]] = set()
 
     async def emit(self, type_: str, **fields: Any) -> dict[str, Any]:
@@ -46,13 +47,17 @@ class TurnEmitter:
             return await self._publish_locked(type_, fields)
 
     def delta(self, *, text: str | None = None, reasoning: str | None = None) -> None:
+        """Buffer a delta. After a quiet spell it goes out at once; during a burst, at most
+        one frame per `coalesce_seconds` (a flush is scheduled for the end of the window)."""
         if text:
             self._text.append(text)
         if reasoning:
             self._reasoning.append(reasoning)
-        if self._flush_handle is None and (self._text or self._reasoning):
-            loop = asyncio.get_running_loop()
-            self._flush_handle = loop.call_later(self.coalesce_seconds, self._schedule_flush)
+        if self._flush_handle is not None or not (self._text or self._reasoning):
+            return
+        loop = asyncio.get_running_loop()
+        wait = self._last_flush + self.coalesce_seconds - loop.time()
+        self._flush_handle = loop.call_later(max(wait, 0.0), self._schedule_flush)
 
     def _schedule_flush(self) -> None:
         task = asyncio.ensure_future(self.flush())
@@ -81,6 +86,7 @@ class TurnEmitter:
             fields["reasoning"] = "".join(self._reasoning)
         self._text.clear()
         self._reasoning.clear()
+        self._last_flush = asyncio.get_running_loop().time()
         await self._publish_locked("delta", fields)
 
     async def _publish_locked(self, type_: str, fields: dict[str, Any]) -> dict[str, Any]:

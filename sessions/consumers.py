@@ -10,6 +10,8 @@ replay buffer before the next live event is forwarded.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from typing import Any
 from urllib.parse import parse_qs
@@ -27,6 +29,14 @@ CLOSE_TOO_BIG = 4413
 CLOSE_BAD_MESSAGE = 4400
 # A chat message is text plus attachment ids; anything bigger is not a client of ours.
 MAX_FRAME_BYTES = 64 * 1024
+# An active turn silent this long on this socket is checked against its replay buffer:
+# the channel layer may have dropped its latest events (even its final status), and a
+# gap is otherwise only noticed when a later event arrives.
+STALL_SECONDS = 1.0
+# How often the socket looks for turns it has not heard of at all (started from another
+# tab while every one of their events was dropped).
+ACTIVE_POLL_SECONDS = 5.0
+SETTLED = {"completed", "failed", "cancelled", "interrupted", "awaiting_approval"}
 
 
 class SessionConsumer(AsyncJsonWebsocketConsumer):
@@ -54,10 +64,20 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
         turns = await database_sync_to_async(_active_turn_states)(session)
         await self.send_json({"type": "hello", "session": self.session_id, "turns": turns})
+        # Active turn → loop time this socket last heard of it.
+        self.tracking: dict[str, float] = {}
+        self.deliver_lock = asyncio.Lock()
         for state in turns:
+            self._track(state["turn"])
             await self._fill(state["turn"])
+        self.watcher = asyncio.ensure_future(self._watch())
 
     async def disconnect(self, code: int) -> None:
+        watcher = getattr(self, "watcher", None)
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
         group = getattr(self, "group", None)
         if group:
             await self.channel_layer.group_discard(group, self.channel_name)
@@ -114,13 +134,14 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         ):
             await self._error("send takes text (string), attachments (ids) and model (string).")
             return
-        await database_sync_to_async(services.turn_send)(
+        turn = await database_sync_to_async(services.turn_send)(
             session=self.session,
             user=self.user,
             text=text,
             attachment_ids=attachment_ids,
             model=model,
         )
+        self._track(str(turn.pk))
 
     async def _on_stop(self, content: dict[str, Any]) -> None:
         turn = await self._turn(content)
@@ -176,15 +197,9 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         if not turn_id or not isinstance(seq, int):
             await self.send_json(event)
             return
-        last = self.sent.get(turn_id, 0)
-        if seq <= last:
-            return  # already sent (replayed before it arrived live)
-        if seq > last + 1:
+        if seq > self.sent.get(turn_id, 0) + 1:
             await self._fill(turn_id)
-            if seq <= self.sent.get(turn_id, 0):
-                return
-        await self.send_json(event)
-        self.sent[turn_id] = seq
+        await self._deliver(event)
 
     async def user_event(self, message: dict[str, Any]) -> None:
         """Account notices: signed out (this browser session), password changed or
@@ -198,15 +213,48 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         await self.close(code=CLOSE_UNAUTHENTICATED)
 
     async def _fill(self, turn_id: str) -> None:
-        last = self.sent.get(turn_id, 0)
+        """Send what the replay buffer has after this socket's position for the turn."""
         try:
-            missed = await get_replay_buffer().read_after(turn_id, last)
+            missed = await get_replay_buffer().read_after(turn_id, self.sent.get(turn_id, 0))
         except Exception:
             return  # the transcript stays authoritative; the page reloads it
         for event in missed:
-            if event["seq"] > self.sent.get(turn_id, 0):
-                await self.send_json(event)
-                self.sent[turn_id] = event["seq"]
+            await self._deliver(event)
+
+    async def _deliver(self, event: dict[str, Any]) -> None:
+        """Send a turn event unless this socket already has it; `sent` only grows, so
+        order is kept and nothing goes out twice whoever calls."""
+        turn_id = event["turn"]
+        async with self.deliver_lock:
+            if event["seq"] <= self.sent.get(turn_id, 0):
+                return
+            await self.send_json(event)
+            self.sent[turn_id] = event["seq"]
+        if event.get("type") == "turn.status" and event.get("status") in SETTLED:
+            self.tracking.pop(turn_id, None)
+        elif event.get("type") != "turn.status" or event.get("status") == "running":
+            self._track(turn_id)
+
+    def _track(self, turn_id: str) -> None:
+        self.tracking[turn_id] = asyncio.get_running_loop().time()
+
+    async def _watch(self) -> None:
+        """Recover from dropped events: re-read the buffer of any active turn that has
+        been silent on this socket, and pick up active turns this socket never heard of."""
+        loop = asyncio.get_running_loop()
+        next_poll = loop.time() + ACTIVE_POLL_SECONDS
+        while True:
+            await asyncio.sleep(STALL_SECONDS / 2)
+            now = loop.time()
+            for turn_id, last in list(self.tracking.items()):
+                if now - last >= STALL_SECONDS:
+                    self.tracking[turn_id] = now
+                    await self._fill(turn_id)
+            if now >= next_poll:
+                next_poll = now + ACTIVE_POLL_SECONDS
+                active = await database_sync_to_async(_active_turn_ids)(self.session)
+                for turn_id in active - self.tracking.keys():
+                    self._track(turn_id)
 
 
 def _active_turn_states(session: Any) -> list[dict[str, Any]]:
@@ -217,6 +265,15 @@ def _active_turn_states(session: Any) -> list[dict[str, Any]]:
             state["pending"] = services.turn_pending_calls(turn=turn)
         states.append(state)
     return states
+
+
+def _active_turn_ids(session: Any) -> set[str]:
+    """Turns that are producing events (a turn awaiting approval is quiet by design)."""
+    return {
+        str(turn.pk)
+        for turn in selectors.active_turns(session=session)
+        if turn.status != turn.Status.AWAITING_APPROVAL
+    }
 
 
 def _parse_resume(query_string: bytes) -> dict[str, int]:

@@ -294,3 +294,27 @@ async def test_the_first_exchange_titles_the_session_and_the_page_is_told(owner,
     assert event["title"] == "Capital of France"
     await session.arefresh_from_db()
     assert session.title == "Capital of France"
+
+
+async def test_a_dropped_final_event_is_recovered_from_the_replay_buffer(owner, fake, monkeypatch):
+    """The channel layer may drop any event, the last one included: the socket notices the
+    silence and reads the turn's buffer."""
+    from sessions import events
+
+    publish = events.apublish
+
+    async def lossy(session_id, event):
+        if event.get("type") in {"turn.status", "message"} and event.get("status") != "running":
+            return  # dropped on the floor, like channels_redis over capacity
+        await publish(session_id, event)
+
+    monkeypatch.setattr(events, "apublish", lossy)
+    fake.push(Reply(text("all of it")))
+    session = await make_session(owner, fake)
+    ws = await open_socket(owner, session)
+    await ws.send_json_to({"type": "send", "text": "hi"})
+    events_seen = await read_until_status(ws, timeout=10)
+    await ws.disconnect()
+    assert events_seen[-1]["status"] == "completed"
+    assert any(e["type"] == "message" for e in events_seen)
+    assert_gapless(events_seen)

@@ -1,0 +1,278 @@
+"""Shared helpers for the benches: tables, percentiles, CPU timing, process monitoring,
+and a fake Anthropic upstream that stamps each token with the moment it was written.
+
+The stamping upstream is the stream-path bench's clock. Each token of its reply is
+`<index>@<microseconds since the epoch>;`, the stamp taken right before the bytes go on
+the wire, so a client on the same machine computes a token's added latency as its own
+receive time minus the stamp, and lost or duplicated tokens from the indices. Run it as
+its own process (beside Daphne and the Celery worker):
+
+    python bench/_common.py upstream --tokens 100 --rate 20
+
+It prints its base URL as the first line of stdout, like `python -m tests.fakes`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import math
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from tests.fakes.anthropic_messages import AnthropicMessagesFake  # noqa: E402
+from tests.fakes.script import Pause, Reply, Script, Step, Text  # noqa: E402
+from tests.fakes.server import Event  # noqa: E402
+
+# Replaced by the emit time when a token is rendered: never appears on the wire.
+STAMP = "{t}"
+TOKEN_RE = re.compile(r"(\d+)@(\d+);")
+# A cold interpreter importing the fakes and binding a port.
+UPSTREAM_START_SECONDS = 15
+
+
+def now_us() -> int:
+    """Wall clock in microseconds: the one clock every process on this machine shares."""
+    return time.time_ns() // 1000
+
+
+# -- tables and statistics ------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    """Nearest-rank percentile (no interpolation: every figure was really observed)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), math.ceil(pct / 100 * len(ordered))))
+    return ordered[rank - 1]
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A Markdown table (pastes straight into docs/PERFORMANCE.md)."""
+    cells = [[str(h) for h in headers], *[[_cell(v) for v in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    line = "| " + " | ".join(c.ljust(w) for c, w in zip(cells[0], widths, strict=True)) + " |"
+    print(line)
+    print("| " + " | ".join("-" * w for w in widths) + " |")
+    for row in cells[1:]:
+        print("| " + " | ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) + " |")
+    sys.stdout.flush()
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.2f}" if abs(value) < 100 else f"{value:.0f}"
+    return str(value)
+
+
+def best_cpu_of(fn: Callable[[], object], repeats: int, *, budget: float = float("inf")) -> float:
+    """Best `time.process_time` of `repeats` runs (this process's CPU, every thread), with
+    the collector off as timeit does: a collection landing in one contender's run but
+    not the other's would skew the ratio. Stops early (after at least one run) once the
+    runs have used `budget` CPU seconds, so one slow contender cannot stall the bench."""
+    best = float("inf")
+    spent = 0.0
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            start = time.process_time()
+            fn()
+            took = time.process_time() - start
+            best = min(best, took)
+            spent += took
+            if spent >= budget:
+                break
+    finally:
+        gc.enable()
+    return best
+
+
+# -- process monitoring ---------------------------------------------------------------
+
+# Often enough to catch a transient RSS peak of a multi-second run, cheap enough to not
+# show up in the CPU figures of a 2-core machine.
+SAMPLE_SECONDS = 0.1
+
+
+@dataclass
+class ProcStats:
+    name: str
+    cpu_start: float = 0.0
+    cpu_end: float = 0.0
+    rss_idle: int = 0
+    rss_peak: int = 0
+
+    @property
+    def cpu_seconds(self) -> float:
+        return self.cpu_end - self.cpu_start
+
+
+@dataclass
+class Monitor:
+    """Samples the RSS of some processes in a thread; CPU seconds between start and stop.
+
+    `rss_idle` is the RSS when monitoring starts (processes up, nothing running yet), so
+    the growth under load divided by the number of concurrent turns is the memory a turn
+    costs.
+    """
+
+    pids: dict[str, int]
+    stats: dict[str, ProcStats] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> Monitor:
+        import psutil
+
+        self._procs = {name: psutil.Process(pid) for name, pid in self.pids.items()}
+        for name, proc in self._procs.items():
+            rss = proc.memory_info().rss
+            self.stats[name] = ProcStats(name, _cpu(proc), rss_idle=rss, rss_peak=rss)
+        self._thread = threading.Thread(target=self._run, name="bench-monitor", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict[str, ProcStats]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        for name, proc in self._procs.items():
+            with contextlib.suppress(Exception):
+                self.stats[name].cpu_end = _cpu(proc)
+                self._sample(name, proc)
+        return self.stats
+
+    def _run(self) -> None:
+        while not self._stop.wait(SAMPLE_SECONDS):
+            for name, proc in self._procs.items():
+                with contextlib.suppress(Exception):
+                    self._sample(name, proc)
+
+    def _sample(self, name: str, proc: Any) -> None:
+        stats = self.stats[name]
+        stats.rss_peak = max(stats.rss_peak, proc.memory_info().rss)
+
+
+def _cpu(proc: Any) -> float:
+    times = proc.cpu_times()
+    return float(times.user + times.system)
+
+
+# -- the stamping upstream --------------------------------------------------------------
+
+
+def stamped_reply(tokens: int, rate: float) -> Reply:
+    """`tokens` text tokens at `rate` per second, each `<index>@{t};`.
+
+    The pacing is a `Pause` before each token with no per-event delay, so the stamp is
+    taken just before the token's event is written (a per-event delay would sleep
+    between rendering and writing, and the stamp would be a whole interval early).
+    """
+    interval = 1.0 / rate
+    steps: list[Step] = []
+    for index in range(tokens):
+        steps += [Pause(interval), Text(f"{index}@{STAMP};")]
+    return Reply(*steps, delay=0.0)
+
+
+class _StampingRenderer:
+    """Wraps a fake's renderer: a text step's `{t}` becomes the time it is rendered."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def start_events(self) -> list[Event]:
+        return self._inner.start_events()
+
+    def step_events(self, step: Step) -> list[Event]:
+        if isinstance(step, Text) and STAMP in step.text:
+            step = Text(step.text.replace(STAMP, str(now_us())))
+        return self._inner.step_events(step)
+
+    def error_events(self, step: Any) -> list[Event]:
+        return self._inner.error_events(step)
+
+    def finish_events(self) -> list[Event]:
+        return self._inner.finish_events()
+
+    def message(self) -> dict[str, Any]:
+        return self._inner.message()
+
+
+class StampingAnthropicFake(AnthropicMessagesFake):
+    """The Anthropic fake, every reply's tokens stamped with their emit time."""
+
+    def play(self, exchange: Any, reply: Reply, renderer: Any, **options: Any) -> None:  # type: ignore[override]
+        super().play(exchange, reply, _StampingRenderer(renderer), **options)
+
+
+def parse_tokens(text: str) -> list[tuple[int, int]]:
+    """(index, emit time in µs) of every stamped token in `text`."""
+    return [(int(i), int(t)) for i, t in TOKEN_RE.findall(text)]
+
+
+@contextlib.contextmanager
+def upstream_process(tokens: int, rate: float) -> Iterator[str]:
+    """Run the stamping upstream as a subprocess; yields its base URL, stops it after."""
+    command = [sys.executable, str(Path(__file__).resolve()), "upstream"]
+    command += ["--tokens", str(tokens), "--rate", str(rate)]
+    process = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert process.stdout is not None
+        base_url = process.stdout.readline().strip()
+        if not base_url.startswith("http://"):
+            raise RuntimeError("the stamping upstream did not start")
+        yield base_url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _upstream_main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="bench/_common.py upstream")
+    parser.add_argument("--tokens", type=int, default=100)
+    parser.add_argument("--rate", type=float, default=20.0, help="tokens per second")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args(argv)
+    reply = stamped_reply(args.tokens, args.rate)
+    fake = StampingAnthropicFake(script=Script(default=reply), port=args.port).start()
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    sys.stdout.write(fake.base_url + "\n")
+    sys.stdout.flush()
+    try:
+        stop.wait()
+    finally:
+        fake.stop()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["upstream"]:
+        sys.exit("usage: python bench/_common.py upstream [--tokens N] [--rate R]")
+    _upstream_main(sys.argv[2:])

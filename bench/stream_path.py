@@ -1,0 +1,418 @@
+"""Benchmark: the streaming path under concurrency, in distributed mode.
+
+Run from the repository root (PostgreSQL on 127.0.0.1:5432 as `postgres`, Redis on
+127.0.0.1:6379): `.venv/bin/python bench/stream_path.py`. It starts everything it needs:
+
+- a dedicated database `openworker_bench` (dropped, created and migrated) and Redis db 14
+  (flushed: it is the bench's own);
+- a stamping fake Anthropic upstream (`bench/_common.py upstream`) answering every
+  request with TOKENS tokens at RATE tokens/s, each token carrying its emit time;
+- per K in (10, 50, 200): a Daphne process, a Celery worker (threads pool, concurrency
+  K plus headroom), K users each with one session and a provider profile pointing at the
+  upstream (made through the ORM), and K websocket clients in this process (asyncio
+  `websockets`) that each send one message and read until the turn settles.
+
+Each token's added latency is the client's receive time minus the upstream's emit time
+(same machine clock). The floor is the same upstream read by K concurrent httpx streams
+directly, without Daphne, Redis or the worker. Prints one table; the target is the
+largest K: p99 added latency <= 50 ms and no token lost. Exits non-zero on a MISS.
+Stops every process it started, on success, error or Ctrl-C. About two minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import (
+    Monitor,
+    ProcStats,
+    now_us,
+    parse_tokens,
+    percentile,
+    print_table,
+    upstream_process,
+    verdict,
+)
+
+KS = (10, 50, 200)
+# A typical chat reply streamed at a typical model's speed: 5 s per turn.
+TOKENS = 100
+RATE = 20.0
+MODEL = "anthropic:claude-bench"
+DATABASE_URL = "postgres://postgres@127.0.0.1:5432/openworker_bench"
+REDIS_URL = "redis://127.0.0.1:6379/14"
+TARGET_P99_MS = 50.0
+# Worker threads beyond one per turn: the `default` queue's small tasks share the pool.
+WORKER_HEADROOM = 8
+# Websocket handshakes opened at once: Daphne's listen backlog is small, and a burst of
+# hundreds of SYNs gets some dropped and retried a second later.
+CONNECT_CONCURRENCY = 25
+# A turn is TOKENS / RATE seconds of streaming; anything far beyond is a hang.
+TURN_TIMEOUT_SECONDS = 60.0
+TERMINAL = {"completed", "failed", "cancelled", "interrupted", "awaiting_approval"}
+MIB = 1024 * 1024
+
+# Distributed settings refuse to start without real secrets; these are for the bench only.
+# DEBUG stays off (as deployed: no query log growing in the worker), so the HTTPS
+# redirect and secure cookies are switched off for plain-HTTP loopback.
+BENCH_ENV = {
+    "DEBUG": "0",
+    "SECRET_KEY": "bench-only-secret-key-not-for-production",
+    "OPENWORKER_ENCRYPTION_KEYS": "dGVzdC1vbmx5LWtleS1ub3QtZm9yLXByb2R1Y3Rpb24=",
+    "OPENWORKER_OUTBOUND_ALLOWLIST": "127.0.0.1,localhost",
+    "SECURE_SSL_REDIRECT": "0",
+    "SESSION_COOKIE_SECURE": "0",
+    "CSRF_COOKIE_SECURE": "0",
+    "SECURE_HSTS_SECONDS": "0",
+    "CHANNELS_PREFIX": "openworker-bench",
+    "LOG_LEVEL": "WARNING",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+@dataclass
+class ClientResult:
+    frames: int = 0
+    status: str = ""
+    errors: list[str] = field(default_factory=list)
+    latencies_ms: list[float] = field(default_factory=list)
+    indices: list[int] = field(default_factory=list)
+    sent_at: float = 0.0
+    done_at: float = 0.0
+
+
+@dataclass
+class RunResult:
+    k: int
+    clients: list[ClientResult]
+    floor_ms: list[float]
+    stats: dict[str, ProcStats]
+
+    @property
+    def latencies(self) -> list[float]:
+        return [ms for c in self.clients for ms in c.latencies_ms]
+
+    @property
+    def completed(self) -> int:
+        return sum(c.status == "completed" for c in self.clients)
+
+    @property
+    def lost(self) -> int:
+        return sum(len(set(range(TOKENS)) - set(c.indices)) for c in self.clients)
+
+    @property
+    def duplicated(self) -> int:
+        return sum(n - 1 for c in self.clients for n in Counter(c.indices).values() if n > 1)
+
+    @property
+    def frames_per_second(self) -> float:
+        start = min(c.sent_at for c in self.clients)
+        end = max(c.done_at for c in self.clients)
+        return sum(c.frames for c in self.clients) / max(end - start, 1e-9)
+
+
+# -- setup ------------------------------------------------------------------------------
+
+
+def prepare_environment(database_url: str, redis_url: str) -> dict[str, str]:
+    """(Re)create the bench database, configure Django for it, migrate, flush Redis."""
+    import dj_database_url
+    import psycopg
+
+    env = {**BENCH_ENV, "DATABASE_URL": database_url, "REDIS_URL": redis_url}
+    os.environ.update(env)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "openworker.settings")
+    parsed = dj_database_url.parse(database_url)
+    admin = psycopg.connect(
+        host=parsed["HOST"],
+        port=parsed["PORT"] or 5432,
+        user=parsed["USER"],
+        password=parsed["PASSWORD"] or None,
+        dbname="postgres",
+        autocommit=True,
+    )
+    with admin:
+        # A fresh database per run: no earlier run's rows, always today's migrations.
+        admin.execute(f'DROP DATABASE IF EXISTS "{parsed["NAME"]}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{parsed["NAME"]}"')
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+    return env
+
+
+def flush_redis(redis_url: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    client.close()
+
+
+def make_sessions(k: int, upstream: str) -> list[tuple[str, str]]:
+    """K users, each with a provider profile and one session: [(session id, cookie)]."""
+    from django.contrib.auth import get_user_model
+
+    from sessions.models import Session
+    from tests.support.chat import point_provider_at, session_cookie
+
+    users = get_user_model().objects
+    out = []
+    for index in range(k):
+        user = users.create_user(f"bench-{k}-{index}", password=None)
+        point_provider_at(user, "anthropic", upstream)
+        session = Session.objects.create(owner=user, model=MODEL)
+        out.append((str(session.pk), session_cookie(user)))
+    return out
+
+
+def child_pid(marker: str) -> int:
+    """The pid of our child process whose command line contains `marker`."""
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if marker in " ".join(child.cmdline()):
+                return child.pid
+    raise RuntimeError(f"no child process matching {marker!r}")
+
+
+# -- clients ------------------------------------------------------------------------------
+
+
+async def websocket_client(
+    base: str, session_id: str, cookie: str, gate: asyncio.Semaphore, go: asyncio.Event,
+    ready: list[int],
+) -> ClientResult:  # fmt: skip
+    from websockets.asyncio.client import connect
+
+    result = ClientResult()
+    url = base.replace("http://", "ws://") + f"/ws/sessions/{session_id}/"
+    headers = {"Cookie": cookie, "Origin": base}
+    async with gate:
+        ws = await connect(url, additional_headers=headers, open_timeout=30)
+    async with ws:
+        hello = json.loads(await asyncio.wait_for(ws.recv(), 30))
+        assert hello["type"] == "hello", hello
+        ready.append(1)
+        await go.wait()
+        result.sent_at = time.monotonic()
+        await ws.send(json.dumps({"type": "send", "text": "stream, please"}))
+        deadline = time.monotonic() + TURN_TIMEOUT_SECONDS
+        while True:
+            try:
+                raw = await asyncio.wait_for(ws.recv(), max(0.1, deadline - time.monotonic()))
+            except TimeoutError:
+                result.status = "timeout"
+                result.errors.append(f"no terminal status within {TURN_TIMEOUT_SECONDS:g} s")
+                break
+            received = now_us()
+            result.frames += 1
+            event = json.loads(raw)
+            kind = event.get("type")
+            if kind == "delta" and event.get("text"):
+                for index, emitted in parse_tokens(event["text"]):
+                    result.indices.append(index)
+                    result.latencies_ms.append((received - emitted) / 1000)
+            elif kind == "error":
+                result.errors.append(event.get("error", ""))
+                result.status = "refused"
+                break
+            elif kind == "turn.status" and event.get("status") in TERMINAL:
+                result.status = event["status"]
+                if event.get("error"):
+                    result.errors.append(event["error"])
+                break
+        result.done_at = time.monotonic()
+    return result
+
+
+async def drive_websockets(
+    base: str, sessions: list[tuple[str, str]], on_ready: Any
+) -> list[ClientResult]:
+    """Connect every client, then start all turns at once; `on_ready()` runs in between
+    (it starts the process monitor, so its idle figures are taken with sockets open)."""
+    gate = asyncio.Semaphore(CONNECT_CONCURRENCY)
+    go = asyncio.Event()
+    ready: list[int] = []
+    tasks = [
+        asyncio.create_task(websocket_client(base, sid, cookie, gate, go, ready))
+        for sid, cookie in sessions
+    ]
+    while len(ready) < len(tasks):
+        failed = [t for t in tasks if t.done() and t.exception()]
+        if failed:
+            raise failed[0].exception()  # type: ignore[misc]
+        await asyncio.sleep(0.05)
+    on_ready()
+    go.set()
+    return list(await asyncio.gather(*tasks))
+
+
+async def drive_floor(upstream: str, k: int) -> list[float]:
+    """K concurrent streams of the same upstream read straight with httpx: the floor."""
+    import httpx
+
+    body = {
+        "model": "claude-bench",
+        "max_tokens": 1024,
+        "stream": True,
+        "messages": [{"role": "user", "content": "stream, please"}],
+    }
+    headers = {"x-api-key": "test-key", "anthropic-version": "2023-06-01"}
+    limits = httpx.Limits(max_connections=k, max_keepalive_connections=k)
+    latencies: list[float] = []
+
+    async def one(client: httpx.AsyncClient) -> None:
+        async with client.stream("POST", upstream + "/v1/messages", json=body) as response:
+            async for line in response.aiter_lines():
+                if not line.startswith("data:") or "text_delta" not in line:
+                    continue
+                received = now_us()
+                text = json.loads(line[5:])["delta"]["text"]
+                latencies.extend((received - emitted) / 1000 for _, emitted in parse_tokens(text))
+
+    timeout = httpx.Timeout(TURN_TIMEOUT_SECONDS)
+    async with httpx.AsyncClient(headers=headers, limits=limits, timeout=timeout) as client:
+        await asyncio.gather(*(one(client) for _ in range(k)))
+    return latencies
+
+
+# -- one K --------------------------------------------------------------------------------
+
+
+def run_k(k: int, upstream: str, env: dict[str, str], redis_url: str) -> RunResult:
+    from tests.support import procs
+
+    flush_redis(redis_url)
+    sessions = make_sessions(k, upstream)
+    with contextlib.ExitStack() as stack:
+        base = stack.enter_context(procs.daphne(env))
+        worker = stack.enter_context(procs.celery_worker(env, concurrency=k + WORKER_HEADROOM))
+        pids = {"daphne": child_pid(f"-p {base.rsplit(':', 1)[1]} "), "worker": worker.popen.pid}
+        monitor = Monitor(pids)
+        try:
+            clients = asyncio.run(drive_websockets(base, sessions, monitor.start))
+        finally:
+            stats = monitor.stop() if monitor.stats else {}
+        if any(c.status != "completed" for c in clients):
+            saved = Path(tempfile.gettempdir()) / f"bench-stream-path-worker-{k}.log"
+            saved.write_text(worker.output())
+            print(f"K={k}: not every turn completed; the worker's whole log is in {saved}")
+    floor = asyncio.run(drive_floor(upstream, k))
+    return RunResult(k, clients, floor, stats)
+
+
+def report(results: list[RunResult]) -> bool:
+    rows = []
+    for r in results:
+        lat = r.latencies
+        p50, p95, p99 = (percentile(lat, p) for p in (50, 95, 99))
+        f50, f99 = percentile(r.floor_ms, 50), percentile(r.floor_ms, 99)
+        daphne, worker = r.stats["daphne"], r.stats["worker"]
+        per_turn = (worker.rss_peak - worker.rss_idle) / r.k / MIB
+        rows.append(
+            [
+                r.k,
+                f"{r.completed}/{r.k}",
+                p50,
+                p95,
+                p99,
+                r.lost,
+                r.duplicated,
+                r.frames_per_second,
+                daphne.cpu_seconds,
+                daphne.rss_peak / MIB,
+                worker.cpu_seconds,
+                worker.rss_peak / MIB,
+                per_turn,
+                f50,
+                f99,
+                f"{p50 / f50:.0f}x",
+                f"{p99 / f99:.0f}x",
+            ]
+        )
+    print_table(
+        [
+            "K",
+            "completed",
+            "p50 ms",
+            "p95 ms",
+            "p99 ms",
+            "lost",
+            "dup",
+            "frames/s",
+            "daphne CPU s",
+            "daphne peak MiB",
+            "worker CPU s",
+            "worker peak MiB",
+            "worker MiB/turn",
+            "floor p50 ms",
+            "floor p99 ms",
+            "p50/floor",
+            "p99/floor",
+        ],
+        rows,
+    )
+    for r in results:
+        problems = Counter(e for c in r.clients for e in c.errors)
+        for message, count in problems.most_common(3):
+            print(f"K={r.k}: {count} x {message}")
+    top = max(results, key=lambda r: r.k)
+    p99 = percentile(top.latencies, 99)
+    ok = p99 <= TARGET_P99_MS and top.lost == 0 and top.completed == top.k
+    print(
+        f"\nTarget (K={top.k}): p99 added latency <= {TARGET_P99_MS:.0f} ms "
+        f"(got {p99:.1f}), zero lost (got {top.lost}), all turns completed "
+        f"({top.completed}/{top.k}): {verdict(ok)}"
+    )
+    return ok
+
+
+def _interrupt(*_: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ks", default=",".join(map(str, KS)), help="comma-separated K")
+    parser.add_argument("--database-url", default=DATABASE_URL)
+    parser.add_argument("--redis-url", default=REDIS_URL)
+    args = parser.parse_args()
+    ks = [int(k) for k in args.ks.split(",")]
+    # SIGTERM unwinds like Ctrl-C, so every `finally` stops its processes.
+    signal.signal(signal.SIGTERM, _interrupt)
+    env = prepare_environment(args.database_url, args.redis_url)
+    print(
+        f"stream path: {TOKENS} tokens at {RATE:g}/s per turn, K = {ks}, "
+        f"coalescing {os.environ.get('STREAM_COALESCE_SECONDS', '0.04')} s\n"
+    )
+    results = []
+    started = time.monotonic()
+    with upstream_process(TOKENS, RATE) as upstream:
+        for k in ks:
+            results.append(run_k(k, upstream, env, args.redis_url))
+            print(f"K={k} done ({time.monotonic() - started:.0f} s)", flush=True)
+    print()
+    return 0 if report(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

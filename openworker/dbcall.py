@@ -1,0 +1,32 @@
+"""How the async runtime (engine, compactor, sweeper) calls the synchronous ORM."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections
+
+# Distributed mode: database calls of every turn in a worker share this many threads, so
+# a worker holds at most this many PostgreSQL connections however many turns it runs
+# (one connection per turn exhausted the server at ~100 concurrent turns). Embedded mode
+# keeps Django's single sync thread: SQLite wants one writer.
+DB_THREADS = 16
+_DB_POOL = ThreadPoolExecutor(max_workers=DB_THREADS, thread_name_prefix="turn-db")
+
+
+def _pooled(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        close_old_connections()  # honour CONN_MAX_AGE / health checks on reused threads
+        return fn(*args, **kwargs)
+
+    return call
+
+
+def db(fn: Callable[..., Any]) -> Callable[..., Any]:
+    if settings.DISTRIBUTED:
+        return sync_to_async(_pooled(fn), thread_sensitive=False, executor=_DB_POOL)
+    return sync_to_async(fn, thread_sensitive=True)
