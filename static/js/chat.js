@@ -387,6 +387,9 @@ function onEvent(event) {
 const socket = new SessionSocket(data.socket, {
   onEvent,
   onStatus(status, wait) {
+    // The socket's state as data (open, reconnecting, signed-out, closed): for styling,
+    // and for browser tests that must not type into a page whose socket is not open yet.
+    connection.dataset.state = status;
     if (status === "open") showConnection("");
     else if (status === "reconnecting") showConnection(`Connection lost; reconnecting in ${Math.ceil(wait / 1000)} s…`);
     else if (status === "signed-out") showConnection("You were signed out. Sign in again to continue.");
