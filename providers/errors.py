@@ -17,6 +17,7 @@ Every error carries:
 from __future__ import annotations
 
 import email.utils
+import html
 import json
 import re
 import time
@@ -63,6 +64,11 @@ MIN_SECRET_CHARS = 8
 # Key shapes that an upstream may echo back (OpenAI/Anthropic `sk-...`, Google `AIza...`).
 _KEY_LIKE = re.compile(r"(sk-[A-Za-z0-9_\-]{16,}|AIza[0-9A-Za-z_\-]{20,}|Bearer\s+[^\s\"']+)")
 REDACTED = "[redacted]"
+# A proxy's or captive portal's error page is markup, not a message: users are shown its
+# title (or its text, this long at most), never the tags.
+MAX_MARKUP_SUMMARY_CHARS = 200
+_MARKUP_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+_MARKUP_TAG = re.compile(r"<[^>]*>?")
 
 
 class ProviderError(Exception):
@@ -209,6 +215,21 @@ def _clip(text: str) -> str:
     return text[: MAX_RAW_MESSAGE_CHARS - 1] + "…"
 
 
+def _markup_summary(body: str) -> str | None:
+    """Plain words for an HTML/XML body (`<html>... 502 Bad Gateway ...`), or None when
+    `body` is not markup. The error text reaches the chat page and the admin: a page of
+    tags there reads as a crash, and the title says all the user can act on."""
+    if not body.lstrip().startswith("<"):
+        return None
+    title = _MARKUP_TITLE.search(body)
+    source = title.group(1) if title else body
+    words = " ".join(html.unescape(_MARKUP_TAG.sub(" ", source)).split())
+    words = words.replace("<", "").replace(">", "")[:MAX_MARKUP_SUMMARY_CHARS]
+    if not words:
+        return "the upstream answered with a web page instead of an API reply"
+    return f"the upstream answered with a web page instead of an API reply ({words})"
+
+
 def _error_fields(payload: Any) -> tuple[str | None, frozenset[str]]:
     """(message, its type/code/status names lowercased) from the JSON error shapes vendors use."""
     if isinstance(payload, list) and payload:
@@ -311,7 +332,7 @@ def error_from_response(
         location = (headers or {}).get("location") or (headers or {}).get("Location") or "?"
         raw = f"upstream answered {status} redirect to {location}; redirects are not followed"
         return BadRequestError(redact(_clip(raw), secrets), status=status, model=model)
-    raw = redact(_clip(message or body or ""), secrets)
+    raw = redact(_clip(message or _markup_summary(body) or body or ""), secrets)
     cls = _classify(text, status=status, names=names, model=model) or ProviderError
     retryable = None
     if cls is UpstreamUnavailableError:

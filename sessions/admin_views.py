@@ -174,7 +174,9 @@ def _display(message: Message) -> dict[str, Any]:
             if part.get("type") == "text":
                 text.append(str(part.get("text", "")))
             else:
-                files.append(str(part.get("name") or part.get("type")))
+                # Uploads carry their display name in the part's `attachment` metadata.
+                meta = part.get("attachment") if isinstance(part.get("attachment"), dict) else {}
+                files.append(str(meta.get("name") or part.get("name") or part.get("type")))
     return {
         "seq": message.seq,
         "role": message.role,
