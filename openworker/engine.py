@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from openworker import history as outbound_history
@@ -170,10 +169,24 @@ class _TurnRun:
 
     async def _title(self) -> None:
         """Name a new session after its first exchange (a short model call, or the first
-        words when titling by model is off or fails) and tell the open pages."""
-        title = await sync_to_async(
-            services.session_title_from_first_exchange, thread_sensitive=False
-        )(session_id=self.session.pk)
+        words when titling by model is off or fails) and tell the open pages. The model
+        call runs on a provider thread; only the reads and the write use the database."""
+        request = await _db(services.title_request)(session_id=self.session.pk)
+        if request is None:
+            return
+        title = ""
+        if settings.AUTO_TITLE:
+            provider = await _db(self.provider_factory)(self.session.owner_id)
+            loop = asyncio.get_running_loop()
+            try:
+                title = await loop.run_in_executor(
+                    _PROVIDER_POOL, services.title_from_model, request, provider
+                )
+            finally:
+                await loop.run_in_executor(_PROVIDER_POOL, provider.close)
+        title = await _db(services.session_title_save)(
+            session_id=self.session.pk, title=title or request.fallback
+        )
         if title:
             await events.apublish(self.session.pk, {"type": "session.title", "title": title})
 

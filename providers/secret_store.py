@@ -16,26 +16,36 @@ PREFIX = "provider:"
 
 
 class UserSecretStore:
+    """Every profile the user may use, read and decrypted once, at construction.
+
+    Built where database access is allowed (the engine builds it on its database
+    threads); `get()` is then pure memory, so a provider client built lazily inside a
+    stream thread never opens a database connection of its own.
+    """
+
     def __init__(self, user_id: int | None) -> None:
         self.user_id = user_id
+        rows = ProviderProfile.objects.filter(owner__isnull=True)
+        if user_id is not None:
+            rows = ProviderProfile.objects.filter(owner_id=user_id) | rows
+        own: dict[str, dict[str, Any]] = {}
+        org: dict[str, dict[str, Any]] = {}
+        for profile in rows:
+            (org if profile.owner_id is None else own)[profile.provider] = _resolved(profile)
+        # The user's profile wins whole: never mixed with the organisation's.
+        self._profiles = {**org, **own}
 
     def get(self, key: str) -> dict[str, Any] | None:
         if not key.startswith(PREFIX):
             return None
-        provider = key[len(PREFIX) :]
-        profile = self._profile(provider)
-        if profile is None:
-            return None
-        return {
-            "api_key": profile.api_key() or None,
-            "base_url": profile.base_url or None,
-            "region": profile.region or None,
-            "scope": "organisation" if profile.owner_id is None else "user",
-        }
+        profile = self._profiles.get(key[len(PREFIX) :])
+        return dict(profile) if profile is not None else None
 
-    def _profile(self, provider: str) -> ProviderProfile | None:
-        if self.user_id is not None:
-            own = ProviderProfile.objects.filter(owner_id=self.user_id, provider=provider).first()
-            if own is not None:
-                return own
-        return ProviderProfile.objects.filter(owner__isnull=True, provider=provider).first()
+
+def _resolved(profile: ProviderProfile) -> dict[str, Any]:
+    return {
+        "api_key": profile.api_key() or None,
+        "base_url": profile.base_url or None,
+        "region": profile.region or None,
+        "scope": "organisation" if profile.owner_id is None else "user",
+    }

@@ -504,59 +504,95 @@ def _clean_title(raw: str) -> str:
     return title.rstrip(".").strip()[:TITLE_MAX_CHARS]
 
 
-def session_title_from_first_exchange(
-    *, session_id: uuid.UUID | str, provider: Any = None, use_model: bool | None = None
-) -> str:
-    """Title an untitled session from its first exchange; returns the title ("" if none).
+@dataclass(frozen=True)
+class TitleRequest:
+    """What titling needs, read from the database up front so the model call can run
+    on a thread that never touches the database."""
 
-    The ENGINE calls this once the session's first turn completed (blocking: a short model
-    call, so from a worker thread, e.g. `sync_to_async(..., thread_sensitive=False)`).
-    It asks `settings.TITLE_MODEL` (empty: the session's model) through the owner's
-    router for a few words, and falls back to the first words of the user's message when
-    the call fails or says nothing. A title the user set meanwhile is never overwritten.
-    """
-    import logging
+    session_id: str
+    owner_id: int
+    model: str
+    messages: list[dict[str, Any]]
+    fallback: str
 
+
+def title_request(*, session_id: uuid.UUID | str) -> TitleRequest | None:
+    """None when the session is gone, already titled, or has nothing to title from."""
     session = Session.objects.filter(pk=session_id).first()
     if session is None or session.title:
-        return session.title if session is not None else ""
+        return None
     first = list(
         Message.objects.filter(session=session, role__in=["user", "assistant"]).order_by("seq")[:6]
     )
     user_text = next((_text_of(m.content) for m in first if m.role == "user"), "").strip()
     reply_text = next((_text_of(m.content) for m in first if m.role == "assistant"), "").strip()
     if not user_text and not reply_text:
+        return None
+    exchange = f"User: {user_text}\n\nAssistant: {reply_text}"[:TITLE_EXCHANGE_CHARS]
+    return TitleRequest(
+        session_id=str(session.pk),
+        owner_id=session.owner_id,
+        model=settings.TITLE_MODEL or session.model or settings.DEFAULT_MODEL,
+        messages=[
+            {"role": "system", "content": TITLE_PROMPT},
+            {"role": "user", "content": exchange},
+        ],
+        fallback=title_fallback(user_text or reply_text),
+    )
+
+
+def title_from_model(request: TitleRequest, provider: Any) -> str:
+    """A few words from the model, or "" (any failure only costs the nicer title).
+    No database access: safe on a provider thread."""
+    import logging
+
+    try:
+        turn = provider.complete(
+            model=request.model, messages=request.messages, max_tokens=TITLE_MAX_TOKENS
+        )
+    except Exception:
+        logging.getLogger(__name__).info(
+            "titling session %s failed", request.session_id, exc_info=True
+        )
         return ""
-    title = ""
+    return _clean_title(turn.text or "")
+
+
+def session_title_save(*, session_id: uuid.UUID | str, title: str) -> str:
+    """Store the title unless the user set one meanwhile; returns the session's title."""
+    Session.objects.filter(pk=session_id, title="").update(title=title)
+    return Session.objects.filter(pk=session_id).values_list("title", flat=True).first() or ""
+
+
+def session_title_from_first_exchange(
+    *, session_id: uuid.UUID | str, provider: Any = None, use_model: bool | None = None
+) -> str:
+    """Title an untitled session from its first exchange; returns the title ("" if none).
+
+    Asks `settings.TITLE_MODEL` (empty: the session's model) through the owner's router
+    for a few words when titling by model is on (`settings.AUTO_TITLE`), and falls back to
+    the first words of the user's message. A title the user set is never overwritten.
+    (The engine runs the same three steps with the model call on a provider thread.)
+    """
+    request = title_request(session_id=session_id)
+    if request is None:
+        session = Session.objects.filter(pk=session_id).first()
+        return session.title if session is not None else ""
     if use_model is None:
         use_model = settings.AUTO_TITLE
-    model = settings.TITLE_MODEL or session.model or settings.DEFAULT_MODEL
-    exchange = f"User: {user_text}\n\nAssistant: {reply_text}"[:TITLE_EXCHANGE_CHARS]
+    title = ""
     if use_model:
-        owned_provider = provider is None
-        try:
-            if provider is None:
-                from openworker.llm import router_for_user
+        owned = provider is None
+        if provider is None:
+            from openworker.llm import router_for_user
 
-                provider = router_for_user(session.owner_id)
-            turn = provider.complete(
-                model=model,
-                messages=[
-                    {"role": "system", "content": TITLE_PROMPT},
-                    {"role": "user", "content": exchange},
-                ],
-                max_tokens=TITLE_MAX_TOKENS,
-            )
-            title = _clean_title(turn.text or "")
-        except Exception:
-            # Any failure (no key, quota, network) only costs the nicer title.
-            logging.getLogger(__name__).info("titling session %s failed", session.pk, exc_info=True)
+            provider = router_for_user(request.owner_id)
+        try:
+            title = title_from_model(request, provider)
         finally:
-            if owned_provider and provider is not None:
+            if owned:
                 provider.close()
-    title = title or title_fallback(user_text or reply_text)
-    Session.objects.filter(pk=session.pk, title="").update(title=title)
-    return title
+    return session_title_save(session_id=session_id, title=title or request.fallback)
 
 
 def session_import(

@@ -76,9 +76,10 @@ def test_stop_ends_the_upstream_request(daphne_server, celery_worker, owner, ant
     session = make_session(owner, anthropic_fake)
     with open_ws(daphne_server, owner, session) as ws:
         ws.send(json.dumps({"type": "send", "text": "go"}))
-        event = json.loads(ws.recv(timeout=15))
-        while event.get("type") != "delta":
+        streamed = ""
+        while streamed != "so far ":  # all of it, then the upstream stalls
             event = json.loads(ws.recv(timeout=15))
+            streamed += event.get("text", "") if event.get("type") == "delta" else ""
         ws.send(json.dumps({"type": "stop", "turn": event["turn"]}))
         events = read_sync_until_status(ws)
     assert events[-1]["status"] == "cancelled"

@@ -121,9 +121,10 @@ async def test_stop_cancels_the_upstream_request_and_keeps_the_text(owner, fake)
     session = await make_session(owner, fake)
     ws = await open_socket(owner, session)
     await ws.send_json_to({"type": "send", "text": "long one"})
-    event = await ws.receive_json_from(timeout=10)
-    while event.get("type") != "delta":
+    streamed = ""
+    while streamed != "partial answer ":  # all of it, then the upstream stalls
         event = await ws.receive_json_from(timeout=10)
+        streamed += event.get("text", "") if event.get("type") == "delta" else ""
     await ws.send_json_to({"type": "stop", "turn": event["turn"]})
     events = await read_until_status(ws)
     await ws.disconnect()
@@ -270,8 +271,10 @@ async def test_shutdown_interrupts_running_turns_and_keeps_their_text(owner, fak
     session = await make_session(owner, fake)
     ws = await open_socket(owner, session)
     await ws.send_json_to({"type": "send", "text": "go"})
-    while (await ws.receive_json_from(timeout=10)).get("type") != "delta":
-        pass
+    streamed = ""
+    while streamed != "half an answer ":  # everything before the upstream's long pause
+        event = await ws.receive_json_from(timeout=10)
+        streamed += event.get("text", "") if event.get("type") == "delta" else ""
     await embedded_runner.shutdown()
     turn = await Turn.objects.aget(session=session)
     assert turn.status == "interrupted"
