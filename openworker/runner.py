@@ -1,7 +1,8 @@
 """TurnRunner: where `run_turn` runs.
 
 - Distributed: a Celery task on the `turns` queue, enqueued once the transaction that
-  queued the turn commits; the task runs the coroutine under one event loop.
+  queued the turn commits; the task runs the coroutine to completion on the worker
+  process's one turn loop (`worker_loop`), blocking its Celery thread meanwhile.
 - Embedded: an asyncio task on Daphne's own event loop (the in-memory channel layer is
   bound to that loop; threads talking to it stall). Tasks are cancelled, and their turns
   marked interrupted, when Daphne shuts down.
@@ -125,3 +126,37 @@ def _hook_reactor_shutdown(callback: Any) -> bool:
 
 
 embedded_runner = EmbeddedRunner()
+
+
+class WorkerLoop:
+    """One event loop per worker process, in its own thread, for every turn the process
+    runs.
+
+    `async_to_sync` per Celery thread would give each turn its own loop and two threads:
+    at 200 concurrent turns that is hundreds of threads contending for the GIL, each
+    with its own Redis pools, and latency grows with the number of runnable threads
+    (measured by bench/stream_path.py). One loop keeps one set of connections and lets
+    the turns interleave at their await points.
+    """
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+
+    def _ensure(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._loop.is_closed():
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="turn-loop", daemon=True)
+                thread.start()
+                self._loop = loop
+            return self._loop
+
+    def run(self, coro: Any) -> Any:
+        """Run `coro` on the process's turn loop and wait for its result."""
+        loop = self._ensure()
+        future = asyncio.run_coroutine_threadsafe(coro, loop)
+        return future.result()
+
+
+worker_loop = WorkerLoop()

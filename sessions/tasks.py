@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from celery import shared_task
 from celery.signals import worker_ready
 
@@ -23,8 +22,9 @@ def publish_session_event(session_id: str, event: dict[str, Any]) -> None:
 @shared_task(name="sessions.tasks.run_turn_task", acks_late=True, ignore_result=True, max_retries=0)
 def run_turn_task(turn_id: str) -> None:
     from openworker.engine import run_turn
+    from openworker.runner import worker_loop
 
-    async_to_sync(run_turn)(turn_id)
+    worker_loop.run(run_turn(turn_id))
 
 
 @worker_ready.connect
