@@ -10,10 +10,12 @@ check still use the original name.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import re
 import socket
+import ssl
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -253,6 +255,18 @@ def _literal_address(host: str) -> str | None:
     return None
 
 
+@functools.cache
+def default_ssl_context() -> ssl.SSLContext:
+    """One verifying client context per process, shared by every transport.
+
+    Building a context loads the CA bundle: tens of milliseconds of CPU under the GIL.
+    A router per turn built one per provider client, which at a few hundred concurrent
+    turns stalled every other thread (seen in a py-spy profile of bench/stream_path.py).
+    A client-side SSLContext is safe to share between threads.
+    """
+    return httpx.create_ssl_context(verify=True, trust_env=False)
+
+
 class GuardedTransport(httpx.HTTPTransport):
     """An httpx transport that checks every request and connects to the checked address.
 
@@ -281,8 +295,12 @@ class GuardedTransport(httpx.HTTPTransport):
         # network backend can be set and no proxy path exists.
         self._policy = policy
         limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
+        if verify is True and cert is None and not trust_env:
+            ssl_context = default_ssl_context()
+        else:
+            ssl_context = httpx.create_ssl_context(verify=verify, cert=cert, trust_env=trust_env)
         self._pool = httpcore.ConnectionPool(
-            ssl_context=httpx.create_ssl_context(verify=verify, cert=cert, trust_env=trust_env),
+            ssl_context=ssl_context,
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,

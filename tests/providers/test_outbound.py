@@ -315,3 +315,13 @@ def test_host_header_keeps_the_name_while_the_socket_goes_to_the_checked_ip():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_transports_share_one_verifying_ssl_context():
+    from providers.outbound import GuardedTransport, OutboundPolicy, default_ssl_context
+
+    first = GuardedTransport(OutboundPolicy())
+    second = GuardedTransport(OutboundPolicy())
+    context = default_ssl_context()
+    assert first._pool._ssl_context is context is second._pool._ssl_context
+    assert context.verify_mode.name == "CERT_REQUIRED" and context.check_hostname
