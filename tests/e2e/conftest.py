@@ -77,7 +77,12 @@ def browser() -> Iterator[object]:
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists():
-        pytest.fail("chromium is not installed (apt-get install chromium; .ci/run does it)")
+        message = "chromium is not installed (apt-get install chromium; .ci/run does it)"
+        # CI must prove the journeys; a newcomer's `make test` without a browser says why
+        # it skipped them instead of failing.
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
     saved = os.environ.get(ASYNC_UNSAFE)
     os.environ[ASYNC_UNSAFE] = "true"
     try:
