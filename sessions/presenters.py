@@ -124,6 +124,9 @@ def turn_view(turn: Turn) -> dict[str, Any]:
         "cost": format_cost(turn.cost),
         "retryable": turn.status in RETRYABLE,
         "active": turn.status in Turn.ACTIVE,
+        # A failed or interrupted step's streamed text lives on the turn, not in the
+        # transcript (retry streams it again): shown apart, as plain text.
+        "partial": turn.partial_text if turn.status in RETRYABLE else "",
     }
 
 

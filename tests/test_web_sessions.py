@@ -364,3 +364,21 @@ def test_title_falls_back_to_the_first_words_when_the_call_fails(owner):
 def test_title_never_overwrites_a_users_title(owner, session):
     add(session, content="anything")
     assert services.session_title_from_first_exchange(session_id=session.pk) == "Plans"
+
+
+def test_an_interrupted_turns_partial_text_is_shown_escaped_with_retry(client, owner):
+    from sessions.models import Turn
+
+    session = services.session_create(owner=owner, model="anthropic:claude-test-1")
+    add(session, content="Tell me a story")
+    Turn.objects.create(
+        session=session,
+        model=session.model,
+        status=Turn.Status.INTERRUPTED,
+        error="The worker running this reply stopped. Retry to continue.",
+        partial_text="Once upon a <b>time</b>",
+    )
+    client.force_login(owner)
+    body = client.get(f"/sessions/{session.pk}/").content.decode()
+    assert "Once upon a &lt;b&gt;time&lt;/b&gt;" in body
+    assert 'data-action="retry"' in body
