@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from providers.outbound import OutboundPolicy
 from providers.router import ProviderRouter
 from providers.secret_store import UserSecretStore
+from providers.transport import Transport
 
 
 def curated_matrix() -> dict:
@@ -14,6 +16,15 @@ def curated_matrix() -> dict:
     from providers.matrix import curated_matrix as table
 
     return table()
+
+
+def new_transport() -> Transport:
+    """A guarded transport with the deployment's timeouts (settings PROVIDER_*_TIMEOUT)."""
+    return Transport(
+        policy=OutboundPolicy.from_env(embedded=not settings.DISTRIBUTED),
+        connect_timeout=settings.PROVIDER_CONNECT_TIMEOUT,
+        read_timeout=settings.PROVIDER_READ_TIMEOUT,
+    )
 
 
 def router_for_user(user_id: int) -> ProviderRouter:
@@ -25,4 +36,5 @@ def router_for_user(user_id: int) -> ProviderRouter:
         matrix=curated_matrix(),
         embedded=not settings.DISTRIBUTED,
         default_provider=settings.DEFAULT_PROVIDER,
+        transport_factory=new_transport,
     )

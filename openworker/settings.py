@@ -233,8 +233,9 @@ MAX_ATTACHMENTS_PER_MESSAGE = envint("MAX_ATTACHMENTS_PER_MESSAGE", 10, minimum=
 STREAM_COALESCE_SECONDS = envfloat("STREAM_COALESCE_SECONDS", 0.04)
 
 # --- Provider layer -------------------------------------------------------------------
-OUTBOUND_ALLOWLIST = envlist("OPENWORKER_OUTBOUND_ALLOWLIST")
+# OPENWORKER_OUTBOUND_ALLOWLIST is read by providers.outbound.OutboundPolicy.from_env.
 PROVIDER_CONNECT_TIMEOUT = envfloat("PROVIDER_CONNECT_TIMEOUT", 10.0)
+# Read-idle timeout: the most seconds between bytes of a reply (the SDKs wait 600 s).
 PROVIDER_READ_TIMEOUT = envfloat("PROVIDER_READ_TIMEOUT", 120.0)
 
 # --- Security -------------------------------------------------------------------------

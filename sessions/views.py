@@ -249,7 +249,11 @@ def session_model(request: HttpRequest, session_id: object) -> JsonResponse:
     except services.TurnRefused as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     caps = _router(request.user).capabilities(session.model)
-    note = degradation_note(selectors.attachment_kinds(session=session), caps)
+    note = degradation_note(selectors.attachment_kinds(session=session), caps) or ""
+    if caps.reasoning is not True and session.messages.exclude(reasoning="").exists():
+        # Reasoning is display-only and never sent to any model; what changes is that
+        # this model's replies come without it.
+        note += " — this model shows no reasoning"
     return JsonResponse(
         {
             "model": session.model,

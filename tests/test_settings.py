@@ -112,3 +112,16 @@ def test_celery_is_configured_for_long_io_bound_turns():
     assert visibility > app.conf.task_time_limit == settings.TURN_TIME_LIMIT_SECONDS
     assert app.conf.task_routes["sessions.tasks.run_turn_task"]["queue"] == "turns"
     assert app.conf.task_serializer == "json"
+
+
+def test_provider_timeouts_from_settings_reach_the_transport(settings):
+    from openworker.llm import new_transport
+
+    settings.PROVIDER_CONNECT_TIMEOUT = 3.5
+    settings.PROVIDER_READ_TIMEOUT = 42.0
+    transport = new_transport()
+    try:
+        assert transport.read_timeout == 42.0
+        assert transport._client.timeout.connect == 3.5
+    finally:
+        transport.close()

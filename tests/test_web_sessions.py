@@ -382,3 +382,12 @@ def test_an_interrupted_turns_partial_text_is_shown_escaped_with_retry(client, o
     body = client.get(f"/sessions/{session.pk}/").content.decode()
     assert "Once upon a &lt;b&gt;time&lt;/b&gt;" in body
     assert 'data-action="retry"' in body
+
+
+def test_switching_to_a_model_without_reasoning_says_so(client, owner, session):
+    add(session, content="think hard")
+    add(session, role="assistant", content="done", reasoning="step one, step two")
+    client.force_login(owner)
+    url = reverse("session_model", args=[session.pk])
+    data = client.post(url, {"model": "__custom__", "custom_model": "ollama:llama3.3"}).json()
+    assert "shows no reasoning" in data["note"]
