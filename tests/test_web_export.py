@@ -15,7 +15,9 @@ from providers.models import ProviderProfile
 from sessions import export, selectors, services
 from sessions.models import Message, Session, Turn
 
-CANARY_KEY = "sk-canary-7f3e9a1b2c4d5e6f0011"
+# Ends in letters no uuid, hash or timestamp in an export can contain (a digit tail like
+# "0011" turned up by chance in a random session id).
+CANARY_KEY = "sk-canary-7f3e9a1b2c4d5e6fQzXw"
 
 
 @pytest.fixture
