@@ -15,11 +15,13 @@ It prints its base URL as the first line of stdout, like `python -m tests.fakes`
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import gc
+import json
 import math
 import re
-import signal
+import secrets
 import subprocess
 import sys
 import threading
@@ -33,9 +35,9 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.fakes.anthropic_messages import AnthropicMessagesFake  # noqa: E402
+from tests.fakes.anthropic_messages import AnthropicMessagesFake, MessagesRenderer  # noqa: E402
 from tests.fakes.script import Pause, Reply, Script, Step, Text  # noqa: E402
-from tests.fakes.server import Event  # noqa: E402
+from tests.fakes.server import Event, RecordedRequest  # noqa: E402
 
 # Replaced by the emit time when a token is rendered: never appears on the wire.
 STAMP = "{t}"
@@ -218,11 +220,96 @@ class _StampingRenderer:
         return self._inner.message()
 
 
-class StampingAnthropicFake(AnthropicMessagesFake):
-    """The Anthropic fake, every reply's tokens stamped with their emit time."""
+class StampingUpstream:
+    """The stamping Anthropic upstream: the Messages fake's own renderer (so the same
+    event sequence, SSE framing and usage fields), served from one asyncio loop.
 
-    def play(self, exchange: Any, reply: Reply, renderer: Any, **options: Any) -> None:  # type: ignore[override]
-        super().play(exchange, reply, _StampingRenderer(renderer), **options)
+    The threaded fake spends a thread per stream; at 200 streams those threads cost the
+    bench machine a quarter of a core, charged to the system under test, and their GIL
+    hand-offs delayed writes after the stamp. A real provider is another machine: its
+    cost should not be measured here.
+    """
+
+    def __init__(self, reply: Reply, *, port: int = 0) -> None:
+        self.reply = reply
+        self.port = port
+        # Validation, usage estimates and rendering; never started as a server itself.
+        self.fake = AnthropicMessagesFake(script=Script(default=reply))
+        self.base_url = ""
+
+    async def serve(self, ready: Callable[[str], None]) -> None:
+        server = await asyncio.start_server(self._connection, "127.0.0.1", self.port, backlog=1024)
+        port = server.sockets[0].getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{port}"
+        ready(self.base_url)
+        async with server:
+            await server.serve_forever()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while await self._exchange(reader, writer):
+                pass
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """One request and its reply; False when the client closed the connection."""
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            return False
+        request_line, *header_lines = head.decode("latin-1").split("\r\n")
+        method, path, _ = request_line.split(" ", 2)
+        headers = {}
+        for line in header_lines:
+            if ":" in line:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+        raw = await reader.readexactly(int(headers.get("content-length", "0")))
+        body = json.loads(raw) if raw else None
+        request = RecordedRequest(method, path, headers, body, raw)
+        renderer = _StampingRenderer(MessagesRenderer(self.fake, request, self.reply))
+        if not (isinstance(body, dict) and body.get("stream")):
+            for step in self.reply.steps:
+                if isinstance(step, Pause):
+                    await asyncio.sleep(step.seconds)
+                else:
+                    renderer.step_events(step)
+            payload = json.dumps(renderer.message()).encode()
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                + f"content-length: {len(payload)}\r\n\r\n".encode()
+                + payload
+            )
+            await writer.drain()
+            return True
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+            b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n"
+            + f"request-id: req_{secrets.token_hex(12)}\r\n\r\n".encode()
+        )
+        _write_events(writer, renderer.start_events())
+        for step in self.reply.steps:
+            if isinstance(step, Pause):
+                await writer.drain()
+                await asyncio.sleep(step.seconds)
+            else:
+                # Rendered (stamped) and written in one go: the stamp is the write time.
+                _write_events(writer, renderer.step_events(step))
+        _write_events(writer, renderer.finish_events())
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        return True
+
+
+def _write_events(writer: asyncio.StreamWriter, events: list[Event]) -> None:
+    """One chunk per event, like the threaded fake (and the real API)."""
+    for name, data in events:
+        payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+        frame = ((f"event: {name}\n" if name else "") + f"data: {payload}\n\n").encode()
+        writer.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
 
 
 def parse_tokens(text: str) -> list[tuple[int, int]]:
@@ -259,17 +346,14 @@ def _upstream_main(argv: list[str]) -> None:
     parser.add_argument("--rate", type=float, default=20.0, help="tokens per second")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)
-    reply = stamped_reply(args.tokens, args.rate)
-    fake = StampingAnthropicFake(script=Script(default=reply), port=args.port).start()
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    sys.stdout.write(fake.base_url + "\n")
-    sys.stdout.flush()
-    try:
-        stop.wait()
-    finally:
-        fake.stop()
+    upstream = StampingUpstream(stamped_reply(args.tokens, args.rate), port=args.port)
+
+    def ready(base_url: str) -> None:
+        sys.stdout.write(base_url + "\n")
+        sys.stdout.flush()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(upstream.serve(ready))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
 """The turn engine: `run_turn(turn_id)`, the agent loop the runtime owns.
 
 One coroutine for both run modes. It claims the turn's lease, then loops: load the
-canonical history, build the outbound view for the active model, call the provider's
-blocking `stream()` off the event loop, publish coalesced deltas, persist the assistant
+canonical history, build the outbound view for the active model, read the provider's
+stream on the event loop (`astream`: no thread per turn), publish coalesced deltas,
+persist the assistant
 message when it completes, run the tool calls (pausing for approval where a tool's
 policy is `ask`), until the model answers without tool calls or the step limit is hit.
 
-Faults: a heartbeat renews the lease every second and carries the partial text; losing
+Faults: a heartbeat renews the lease every second and carries the partial text (the
+process's `LeaseKeeper` beats for all its turns in one database call); losing
 the lease stops the turn silently (someone else decided its fate); Stop cancels the
 upstream request through the `CancelToken` and keeps what was streamed; provider errors
 end the turn failed with the friendly message. Every write is idempotent per step, so a
@@ -20,8 +22,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -32,12 +33,13 @@ from openworker import history as outbound_history
 from openworker.compactor import maybe_compact
 from openworker.dbcall import db as _db
 from openworker.degradation import degradation_note
+from openworker.leases import Lease, lease_keeper
 from openworker.replay import get_replay_buffer
 from openworker.runner import register_local, unregister_local
 from openworker.streaming import TurnEmitter
 from openworker.tools.base import ToolContext, ToolResult
 from openworker.tools.registry import ToolRegistry, default_registry
-from providers.base import ProviderClient
+from providers.base import STREAM_THREADS, ProviderClient
 from providers.cancel import CancelToken
 from providers.errors import ProviderError, RequestCancelled
 from providers.outbound import OutboundPolicy
@@ -46,11 +48,6 @@ from sessions import events, selectors, services
 from sessions.models import Message, Turn
 
 logger = logging.getLogger(__name__)
-
-HEARTBEAT_SECONDS = 1.0
-# Provider streams are blocking (seed 000): each runs in a thread of this pool while the
-# event loop stays free. Sized for many concurrent streaming turns, not CPU.
-_PROVIDER_POOL = ThreadPoolExecutor(max_workers=256, thread_name_prefix="provider-stream")
 
 ProviderFactory = Callable[[int], ProviderClient]
 
@@ -135,7 +132,16 @@ class _TurnRun:
             coalesce_seconds=settings.STREAM_COALESCE_SECONDS,
         )
         register_local(self.turn_id, self.cancel)
-        heartbeat = asyncio.create_task(self._heartbeat())
+        keeper = lease_keeper()
+        keeper.hold(
+            Lease(
+                turn_id=self.turn_id,
+                worker=self.me,
+                partials=lambda: (self.progress.partial_text, self.progress.partial_reasoning),
+                on_lost=self._lease_lost,
+                on_cancel=self.cancel.cancel,
+            )
+        )
         status = Turn.Status.FAILED
         try:
             await self.emitter.emit(
@@ -158,7 +164,7 @@ class _TurnRun:
             logger.exception("turn %s crashed", self.turn_id)
             await self._finish(Turn.Status.FAILED, "internal", "Something went wrong on our side.")
         finally:
-            heartbeat.cancel()
+            keeper.release(self.turn_id)
             unregister_local(self.turn_id)
             await self.emitter.close()
             if status != Turn.Status.AWAITING_APPROVAL:
@@ -180,10 +186,10 @@ class _TurnRun:
             loop = asyncio.get_running_loop()
             try:
                 title = await loop.run_in_executor(
-                    _PROVIDER_POOL, services.title_from_model, request, provider
+                    STREAM_THREADS, services.title_from_model, request, provider
                 )
             finally:
-                await loop.run_in_executor(_PROVIDER_POOL, provider.close)
+                await provider.aclose()
         title = await _db(services.session_title_save)(
             session_id=self.session.pk, title=title or request.fallback
         )
@@ -210,27 +216,9 @@ class _TurnRun:
             fields["error"] = error
         await self.emitter.emit("turn.status", **fields)
 
-    async def _heartbeat(self) -> None:
-        while True:
-            await asyncio.sleep(HEARTBEAT_SECONDS)
-            try:
-                reply = await _db(services.turn_heartbeat)(
-                    turn_id=self.turn_id,
-                    worker=self.me,
-                    partial_text=self.progress.partial_text,
-                    partial_reasoning=self.progress.partial_reasoning,
-                )
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.warning("heartbeat failed for turn %s", self.turn_id, exc_info=True)
-                continue
-            if not reply.owned:
-                self.lease_lost = True
-                self.cancel.cancel()
-                return
-            if reply.cancel_requested:
-                self.cancel.cancel()
+    def _lease_lost(self) -> None:
+        self.lease_lost = True
+        self.cancel.cancel()
 
     def _check(self) -> None:
         if self.lease_lost:
@@ -263,7 +251,7 @@ class _TurnRun:
                 (f"Stopped after {settings.TURN_MAX_STEPS} steps; send a message to continue."),
             )
         finally:
-            await asyncio.to_thread(provider.close)
+            await provider.aclose()
 
     async def _model_step(
         self, provider: ProviderClient, rows: list[Message], tool_defs: list[dict]
@@ -298,7 +286,7 @@ class _TurnRun:
         self.progress.reset()
         try:
             result = await self._stream(
-                lambda: provider.stream(
+                provider.astream(
                     model=model,
                     messages=messages,
                     tools=tool_defs or None,
@@ -326,33 +314,12 @@ class _TurnRun:
             return Turn.Status.COMPLETED, "", ""
         return None
 
-    async def _stream(self, start: Callable[[], Iterator[StreamChunk]]) -> AssistantTurn:
-        """Drive a blocking stream in the provider pool, publishing deltas as they come."""
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-
-        def pump() -> None:
-            try:
-                for chunk in start():
-                    loop.call_soon_threadsafe(queue.put_nowait, ("chunk", chunk))
-            except BaseException as exc:
-                loop.call_soon_threadsafe(queue.put_nowait, ("error", exc))
-            else:
-                loop.call_soon_threadsafe(queue.put_nowait, ("end", None))
-
-        future = loop.run_in_executor(_PROVIDER_POOL, pump)
+    async def _stream(self, chunks: AsyncIterator[StreamChunk]) -> AssistantTurn:
+        """Read the provider's stream on this loop (`astream`), publishing deltas as they
+        come. Leaving early (the task cancelled) cancels the upstream request too."""
         final: AssistantTurn | None = None
-        finished = False
         try:
-            while True:
-                kind, value = await queue.get()
-                if kind == "error":
-                    finished = True
-                    raise value
-                if kind == "end":
-                    finished = True
-                    break
-                chunk: StreamChunk = value
+            async for chunk in chunks:
                 if chunk.text:
                     self.progress.text.append(chunk.text)
                 if chunk.reasoning:
@@ -361,11 +328,13 @@ class _TurnRun:
                     self.emitter.delta(text=chunk.text, reasoning=chunk.reasoning)  # type: ignore[union-attr]
                 if chunk.turn is not None:
                     final = chunk.turn
+        except asyncio.CancelledError:
+            self.cancel.cancel()
+            raise
         finally:
-            if not finished:
-                # Leaving early (task cancelled): close the upstream request too.
-                self.cancel.cancel()
-                future.cancel()
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                await asyncio.shield(aclose())
         if final is None:
             from providers.errors import StreamError
 

@@ -15,7 +15,10 @@ import asyncio
 import json
 import time
 import weakref
+from collections.abc import Awaitable
 from typing import Any, Protocol
+
+from openworker.redis_batch import batcher_for
 
 # Long enough for a user to come back to a tab after the turn ended; the transcript
 # takes over after that.
@@ -23,12 +26,19 @@ FINISHED_TTL_SECONDS = 600
 # A turn still running keeps its buffer this long past its last event (a stalled turn
 # is swept as interrupted long before).
 RUNNING_TTL_SECONDS = 6 * 3600
+# A running turn's buffer TTL is renewed with every status event and every this many
+# deltas (not with each: one command fewer per token).
+REFRESH_TTL_EVERY = 32
 # Bound one turn's buffer: a runaway turn cannot fill Redis.
 MAX_EVENTS_PER_TURN = 50_000
 
 
 class ReplayBuffer(Protocol):
     async def append(self, turn_id: str, seq: int, event: dict[str, Any]) -> None: ...
+    def append_soon(self, turn_id: str, seq: int, event: dict[str, Any]) -> Awaitable[Any]:
+        """Queue the append now (in call order); await the result for its outcome."""
+        ...
+
     async def read_after(self, turn_id: str, after: int) -> list[dict[str, Any]]: ...
     async def last_seq(self, turn_id: str) -> int: ...
     async def finish(self, turn_id: str) -> None: ...
@@ -45,7 +55,16 @@ class MemoryReplayBuffer:
             self._events.pop(turn_id, None)
             self._expires.pop(turn_id, None)
 
+    def append_soon(self, turn_id: str, seq: int, event: dict[str, Any]) -> Awaitable[Any]:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._append(turn_id, event)
+        done.set_result(None)
+        return done
+
     async def append(self, turn_id: str, seq: int, event: dict[str, Any]) -> None:
+        self._append(turn_id, event)
+
+    def _append(self, turn_id: str, event: dict[str, Any]) -> None:
         self._sweep()
         events = self._events.setdefault(turn_id, [])
         events.append(event)
@@ -89,18 +108,22 @@ class RedisReplayBuffer:
     def _key(self, turn_id: str) -> str:
         return f"{self.prefix}:turn:{turn_id}:events"
 
-    async def append(self, turn_id: str, seq: int, event: dict[str, Any]) -> None:
+    def append_soon(self, turn_id: str, seq: int, event: dict[str, Any]) -> Awaitable[Any]:
+        # Through the loop's batcher: hundreds of turns' appends share round trips, and
+        # an append queued before a publish reaches Redis first.
         key = self._key(turn_id)
-        pipe = self._client().pipeline(transaction=False)
-        pipe.xadd(
-            key,
-            {"e": json.dumps(event, separators=(",", ":"))},
-            id=f"{seq}-0",
-            maxlen=MAX_EVENTS_PER_TURN,
-            approximate=True,
+        payload = json.dumps(event, separators=(",", ":"))
+        batcher = batcher_for(self.url)
+        added = batcher.submit(
+            "XADD", key, "MAXLEN", "~", MAX_EVENTS_PER_TURN, f"{seq}-0", "e", payload
         )
-        pipe.expire(key, RUNNING_TTL_SECONDS)
-        await pipe.execute()
+        if event.get("type") == "delta" and seq % REFRESH_TTL_EVERY != 1:
+            return added  # the TTL set a few events ago still has hours to run
+        expiry = batcher.submit("EXPIRE", key, RUNNING_TTL_SECONDS)
+        return asyncio.gather(added, expiry)
+
+    async def append(self, turn_id: str, seq: int, event: dict[str, Any]) -> None:
+        await self.append_soon(turn_id, seq, event)
 
     async def read_after(self, turn_id: str, after: int) -> list[dict[str, Any]]:
         entries = await self._client().xrange(self._key(turn_id), min=f"{after + 1}-0", max="+")

@@ -176,14 +176,15 @@ else:
 if DISTRIBUTED:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # Redis pub/sub with batched publishes (openworker/channel_layer.py says why
+            # not channels_redis.core).
+            "BACKEND": "openworker.channel_layer.RedisPubSubLayer",
             "CONFIG": {
                 "hosts": [REDIS_URL],
                 "prefix": envstr("CHANNELS_PREFIX", "openworker"),
-                # One Daphne process receives for all its sockets through one list, so the
-                # capacity bounds the whole process's backlog: sized for hundreds of
-                # streaming sockets (the replay buffer recovers anything dropped past it).
-                "capacity": envint("CHANNELS_CAPACITY", 20_000),
+                # Per socket: a socket this far behind loses its oldest events (the
+                # replay buffer recovers them).
+                "capacity": envint("CHANNELS_CAPACITY", 1_000),
                 "expiry": 60,
             },
         }

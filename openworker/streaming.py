@@ -10,6 +10,7 @@ the source of truth, and a client resumes from the buffer).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any
 
@@ -18,8 +19,19 @@ from sessions import events
 
 logger = logging.getLogger(__name__)
 
+_WHAT = ("replay buffer append", "channel layer publish")
+
 
 class TurnEmitter:
+    """Numbers, coalesces and sends one turn's events.
+
+    Sending is synchronous queueing: each event is queued on the replay buffer and then
+    on the channel layer in one step, in `seq` order, with nothing awaited in between, so
+    no lock or task is needed per event and order holds by construction. Deltas are not
+    awaited at all (a failure is logged; the socket recovers from the buffer); `emit`
+    awaits its event's outcome, so a status is sent before the turn's buffer expires.
+    """
+
     def __init__(
         self,
         *,
@@ -34,17 +46,21 @@ class TurnEmitter:
         self.buffer = buffer
         self.seq = start_seq
         self.coalesce_seconds = coalesce_seconds
-        self._lock = asyncio.Lock()
         self._text: list[str] = []
         self._reasoning: list[str] = []
         self._flush_handle: asyncio.TimerHandle | None = None
         self._last_flush = float("-inf")
-        self._flush_tasks: set[asyncio.Task[None]] = set()
+        # Outcomes of deltas not yet known: `close` waits for them.
+        self._in_flight: set[asyncio.Future[Any]] = set()
 
     async def emit(self, type_: str, **fields: Any) -> dict[str, Any]:
-        async with self._lock:
-            await self._flush_locked()
-            return await self._publish_locked(type_, fields)
+        self.flush_now()
+        event, stored, published = self._send(type_, fields)
+        results = await asyncio.gather(stored, published, return_exceptions=True)
+        for what, result in zip(_WHAT, results, strict=True):
+            if isinstance(result, BaseException):
+                self._log_failure(what, result)
+        return event
 
     def delta(self, *, text: str | None = None, reasoning: str | None = None) -> None:
         """Buffer a delta. After a quiet spell it goes out at once; during a burst, at most
@@ -57,23 +73,13 @@ class TurnEmitter:
             return
         loop = asyncio.get_running_loop()
         wait = self._last_flush + self.coalesce_seconds - loop.time()
-        self._flush_handle = loop.call_later(max(wait, 0.0), self._schedule_flush)
+        if wait <= 0:
+            self.flush_now()
+        else:
+            self._flush_handle = loop.call_later(wait, self.flush_now)
 
-    def _schedule_flush(self) -> None:
-        task = asyncio.ensure_future(self.flush())
-        self._flush_tasks.add(task)
-        task.add_done_callback(self._flush_tasks.discard)
-
-    async def flush(self) -> None:
-        async with self._lock:
-            await self._flush_locked()
-
-    async def close(self) -> None:
-        await self.flush()
-        if self._flush_tasks:
-            await asyncio.gather(*self._flush_tasks, return_exceptions=True)
-
-    async def _flush_locked(self) -> None:
+    def flush_now(self) -> None:
+        """Send the buffered deltas as one event (without waiting for its outcome)."""
         if self._flush_handle is not None:
             self._flush_handle.cancel()
             self._flush_handle = None
@@ -87,17 +93,41 @@ class TurnEmitter:
         self._text.clear()
         self._reasoning.clear()
         self._last_flush = asyncio.get_running_loop().time()
-        await self._publish_locked("delta", fields)
+        _, stored, published = self._send("delta", fields)
+        for what, future in zip(_WHAT, (stored, published), strict=True):
+            self._in_flight.add(future)
+            future.add_done_callback(functools.partial(self._delta_done, what))
 
-    async def _publish_locked(self, type_: str, fields: dict[str, Any]) -> dict[str, Any]:
+    def _delta_done(self, what: str, future: asyncio.Future[Any]) -> None:
+        self._in_flight.discard(future)
+        if not future.cancelled() and future.exception() is not None:
+            self._log_failure(what, future.exception())
+
+    async def flush(self) -> None:
+        self.flush_now()
+
+    async def close(self) -> None:
+        self.flush_now()
+        if self._in_flight:
+            await asyncio.gather(*self._in_flight, return_exceptions=True)
+
+    def _send(self, type_: str, fields: dict[str, Any]) -> tuple[dict[str, Any], Any, Any]:
         self.seq += 1
         event = {"type": type_, "turn": self.turn_id, "seq": self.seq, **fields}
+        # The append is queued before the publish, so it reaches Redis first (usually in
+        # the same round trip): a socket that sees seq N live and finds a gap can always
+        # fill it from the buffer.
+        stored = self._queue(self.buffer.append_soon, self.turn_id, self.seq, event)
+        published = self._queue(events.publish_soon, self.session_id, event)
+        return event, stored, published
+
+    def _queue(self, send: Any, *args: Any) -> asyncio.Future[Any]:
         try:
-            await self.buffer.append(self.turn_id, self.seq, event)
-        except Exception:
-            logger.warning("replay buffer append failed for turn %s", self.turn_id, exc_info=True)
-        try:
-            await events.apublish(self.session_id, event)
-        except Exception:
-            logger.warning("channel layer publish failed for turn %s", self.turn_id, exc_info=True)
-        return event
+            return asyncio.ensure_future(send(*args))
+        except Exception as exc:  # e.g. no running Redis client could be made
+            failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            failed.set_exception(exc)
+            return failed
+
+    def _log_failure(self, what: str, error: BaseException) -> None:
+        logger.warning("%s failed for turn %s", what, self.turn_id, exc_info=error)

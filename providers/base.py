@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .types import AssistantTurn, ModelCapabilities, StreamChunk
@@ -12,8 +14,9 @@ from .types import AssistantTurn, ModelCapabilities, StreamChunk
 class ProviderClient(ABC):
     """Single-shot, provider-agnostic completion interface.
 
-    Deliberately blocking (the turn engine wraps it in `asyncio.to_thread`) and
-    deliberately without a `max_turns` loop: the runtime owns the agent loop.
+    Deliberately blocking and deliberately without a `max_turns` loop: the runtime owns
+    the agent loop. `astream` is the event-loop entry the runtime uses: HTTP clients
+    read their stream on the loop itself; any other client runs `stream` in a thread.
 
     `messages` are canonical messages (DESIGN.md); `tools` are
     `{"name", "description", "parameters"}` dicts. Settings every client understands:
@@ -51,3 +54,65 @@ class ProviderClient(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most clients hold nothing
         """Release pooled connections. Called when the router drops a cached client."""
+
+    async def astream(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        **settings: Any,
+    ) -> AsyncIterator[StreamChunk]:
+        """`stream` for a caller on an event loop. Default: `stream` in a thread of
+        `STREAM_THREADS`, its chunks handed to the loop as they come."""
+        async for chunk in stream_in_thread(
+            lambda: self.stream(model=model, messages=messages, tools=tools, **settings)
+        ):
+            yield chunk
+
+    async def aclose(self) -> None:
+        """`close` for a caller on an event loop."""
+        await asyncio.to_thread(self.close)
+
+
+# Threads for blocking streams driven from an event loop (clients without a native
+# `astream`): sized for many concurrent turns, not CPU.
+STREAM_THREADS = ThreadPoolExecutor(max_workers=256, thread_name_prefix="provider-stream")
+
+
+async def stream_in_thread(start: Any) -> AsyncIterator[Any]:
+    """Iterate the blocking iterator `start()` in a thread and yield its items here.
+    Leaving early closes the iterator in its thread (for a stream: the upstream request)."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+    stop = False
+
+    def pump() -> None:
+        iterator = start()
+        try:
+            for item in iterator:
+                loop.call_soon_threadsafe(queue.put_nowait, ("item", item))
+                if stop:
+                    break
+        except BaseException as exc:
+            loop.call_soon_threadsafe(queue.put_nowait, ("error", exc))
+        else:
+            loop.call_soon_threadsafe(queue.put_nowait, ("end", None))
+        finally:
+            close = getattr(iterator, "close", None)
+            if close is not None:
+                close()
+
+    future = loop.run_in_executor(STREAM_THREADS, pump)
+    try:
+        while True:
+            kind, value = await queue.get()
+            if kind == "error":
+                raise value
+            if kind == "end":
+                return
+            yield value
+    finally:
+        stop = True
+        if not future.done():
+            future.cancel()

@@ -10,19 +10,21 @@ check still use the original name.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import ipaddress
 import os
 import re
 import socket
 import ssl
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import httpcore
 import httpx
 
+from .aio_backend import AsyncioBackend
 from .errors import OutboundBlockedError, UpstreamUnavailableError
 
 ALLOWLIST_ENV = "OPENWORKER_OUTBOUND_ALLOWLIST"
@@ -314,18 +316,8 @@ class GuardedTransport(httpx.HTTPTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         target = self._policy.check_url(request.url)
-        extensions = dict(request.extensions)
-        if target.scheme == "https":
-            extensions["sni_hostname"] = target.host.rstrip(".")
         last_error: httpx.ConnectError | None = None
-        for address in target.addresses:
-            pinned = httpx.Request(
-                request.method,
-                request.url.copy_with(host=address),
-                headers=request.headers,
-                stream=request.stream,
-                extensions=extensions,
-            )
+        for pinned in _pinned_requests(request, target):
             try:
                 return super().handle_request(pinned)
             except httpx.ConnectError as exc:
@@ -333,3 +325,48 @@ class GuardedTransport(httpx.HTTPTransport):
                 last_error = exc
         assert last_error is not None
         raise last_error
+
+
+class AsyncGuardedTransport(httpx.AsyncHTTPTransport):
+    """`GuardedTransport` for `httpx.AsyncClient`: the same check (its DNS lookup in a
+    thread, off the event loop) and the same pinning, over asyncio sockets."""
+
+    def __init__(self, policy: OutboundPolicy, *, limits: httpx.Limits | None = None) -> None:
+        self._policy = policy
+        limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=default_ssl_context(),
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            http1=True,
+            http2=False,
+            network_backend=AsyncioBackend(),
+        )
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        target = await asyncio.to_thread(self._policy.check_url, request.url)
+        last_error: httpx.ConnectError | None = None
+        for pinned in _pinned_requests(request, target):
+            try:
+                return await super().handle_async_request(pinned)
+            except httpx.ConnectError as exc:
+                last_error = exc
+        assert last_error is not None
+        raise last_error
+
+
+def _pinned_requests(request: httpx.Request, target: Any) -> Iterator[httpx.Request]:
+    """`request` aimed at each vetted address of its host in turn: the Host header keeps
+    the name, and TLS keeps SNI and certificate checks on it."""
+    extensions = dict(request.extensions)
+    if target.scheme == "https":
+        extensions["sni_hostname"] = target.host.rstrip(".")
+    for address in target.addresses:
+        yield httpx.Request(
+            request.method,
+            request.url.copy_with(host=address),
+            headers=request.headers,
+            stream=request.stream,
+            extensions=extensions,
+        )

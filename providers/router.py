@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -197,6 +197,24 @@ class ProviderRouter(ProviderClient):
         finally:
             self._release(entry)
 
+    async def astream(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        **settings: Any,
+    ) -> AsyncIterator[StreamChunk]:
+        """`stream` for a caller on an event loop, through the client's own `astream`."""
+        entry, bare = self._acquire(model)
+        try:
+            async for chunk in entry.client.astream(
+                model=bare, messages=messages, tools=tools, **settings
+            ):
+                yield chunk
+        finally:
+            self._release(entry)
+
     def capabilities(self, model: str) -> ModelCapabilities:
         """Curated answer for the full id, else heuristics; never a made-up window."""
         return capabilities_for(model, self._matrix, default_provider=self._default_provider)
@@ -225,6 +243,18 @@ class ProviderRouter(ProviderClient):
 
     def close(self) -> None:
         self.invalidate()
+
+    async def aclose(self) -> None:
+        """`close` from an event loop: the clients' loop-side connections are closed on
+        it (they cannot be from another thread), then everything else."""
+        with self._lock:
+            clients = [(entry.name, entry.client) for entry in self._entries.values()]
+        for name, client in clients:
+            try:
+                await client.aclose()
+            except Exception:
+                logger.warning("closing the %s client failed", name, exc_info=True)
+        self.close()
 
 
 def _close_entry(entry: _Entry) -> None:

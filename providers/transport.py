@@ -16,6 +16,7 @@ Headers are never logged (they carry keys) and URLs are logged without their que
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -23,7 +24,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 import httpcore
@@ -39,7 +40,7 @@ from .errors import (
     error_from_response,
     redact,
 )
-from .outbound import GuardedTransport, OutboundPolicy
+from .outbound import AsyncGuardedTransport, GuardedTransport, OutboundPolicy
 from .sse import SSEDecoder, SSEEvent, SSEProtocolError
 
 # The statuses both official SDKs retry, plus Anthropic's 529 "overloaded".
@@ -169,6 +170,75 @@ class _AbortableBackend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
+class _AsyncCancelGuard:
+    """A `CancelToken` reaching an awaited read: the token may fire from any thread, and
+    while the stream's task is awaiting the network inside `section()` that await is
+    cancelled (the task's own cancellation, counted back with `uncancel()`) and becomes
+    `RequestCancelled`. Outside a section a fired token only makes `check()` raise: the
+    task may be doing someone else's work between two reads, and must not be cancelled
+    there."""
+
+    def __init__(self, token: CancelToken | None) -> None:
+        self.token = token
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._armed = False
+        self._fired = False
+        self._unregister = token.on_cancel(self._fire) if token is not None else None
+
+    def _fire(self) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to wake
+            self._loop.call_soon_threadsafe(self._cancel_awaiting)
+
+    def _cancel_awaiting(self) -> None:
+        if self._armed and not self._fired and self._task is not None:
+            self._fired = True
+            self._task.cancel()
+
+    def check(self) -> None:
+        if self.token is not None and self.token.cancelled:
+            raise RequestCancelled()
+
+    @contextlib.contextmanager
+    def section(self) -> Iterator[None]:
+        self.check()
+        self._armed = True
+        try:
+            yield
+        except asyncio.CancelledError:
+            if not self._fired:
+                raise
+            self._fired = False
+            if self._task is not None:
+                self._task.uncancel()
+            raise RequestCancelled() from None
+        finally:
+            self._armed = False
+
+    def close(self) -> None:
+        if self._unregister is not None:
+            self._unregister()
+            self._unregister = None
+
+
+def _error_from_body(
+    response: httpx.Response,
+    body: bytes,
+    model: str,
+    cancel: CancelToken | None,
+    secrets: tuple[str, ...],
+) -> ProviderError:
+    if cancel is not None and cancel.cancelled:
+        return RequestCancelled()
+    return error_from_response(
+        response.status_code,
+        body[:MAX_ERROR_BODY_BYTES].decode("utf-8", errors="replace"),
+        model=model,
+        headers=dict(response.headers),
+        secrets=secrets,
+    )
+
+
 def encode_body(body: Mapping[str, Any]) -> bytes:
     """Byte-stable JSON: the dict's own key order (prompt caches match on bytes)."""
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
@@ -235,17 +305,18 @@ class Transport:
         self.retry_after_cap = retry_after_cap
         self.backoff_base = backoff_base
         self._sleep = sleep
+        self._policy = policy
+        self._timeout = httpx.Timeout(
+            connect=connect_timeout, read=read_timeout, write=read_timeout, pool=connect_timeout
+        )
         self._client = httpx.Client(
             transport=GuardedTransport(policy, network_backend=_AbortableBackend()),
-            timeout=httpx.Timeout(
-                connect=connect_timeout,
-                read=read_timeout,
-                write=read_timeout,
-                pool=connect_timeout,
-            ),
+            timeout=self._timeout,
             follow_redirects=False,
             trust_env=False,
         )
+        # The event-loop twin, made on first async use (on the loop that uses it).
+        self._aclient: httpx.AsyncClient | None = None
 
     def post_json(
         self,
@@ -356,6 +427,176 @@ class Transport:
     def close(self) -> None:
         self._client.close()
 
+    # --- the event-loop twin -------------------------------------------------------------
+    # The same requests, retries, errors and cancel semantics over `httpx.AsyncClient`, for
+    # a runtime that streams many turns from one event loop: a thread per stream made the
+    # threads' hand-offs of the GIL, not the work, the limit (docs/PERFORMANCE.md).
+
+    async def astream_sse(
+        self,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        body: dict[str, Any],
+        model: str,
+        cancel: CancelToken | None = None,
+    ) -> AsyncIterator[SSEEvent]:
+        """`stream_sse` on the running event loop."""
+        content = encode_body(body)
+        secrets = _secrets(url, headers)
+        request_headers = {"Accept": "text/event-stream", **headers}
+        guard = _AsyncCancelGuard(cancel)
+        attempt = 0
+        try:
+            while True:
+                yielded = False
+                try:
+                    async with self._aexchange(
+                        url, request_headers, content, model, guard, secrets
+                    ) as response:
+                        decoder = SSEDecoder()
+                        async for chunk in self._abody_chunks(response, guard, secrets):
+                            for event in decoder.feed(chunk):
+                                guard.check()
+                                yielded = True
+                                yield event
+                        decoder.flush()
+                    return
+                except SSEProtocolError as exc:
+                    raise StreamError(str(exc)) from None
+                except ProviderError as error:
+                    if yielded:
+                        raise
+                    attempt = await self._abefore_retry(error, attempt, url, guard)
+        finally:
+            guard.close()
+
+    async def astream_bytes(
+        self,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        body: dict[str, Any],
+        model: str,
+        cancel: CancelToken | None = None,
+    ) -> AsyncIterator[bytes]:
+        """`stream_bytes` on the running event loop."""
+        content = encode_body(body)
+        secrets = _secrets(url, headers)
+        guard = _AsyncCancelGuard(cancel)
+        attempt = 0
+        try:
+            while True:
+                yielded = False
+                try:
+                    async with self._aexchange(
+                        url, headers, content, model, guard, secrets
+                    ) as response:
+                        async for chunk in self._abody_chunks(response, guard, secrets):
+                            guard.check()
+                            if chunk:
+                                yielded = True
+                                yield chunk
+                    return
+                except ProviderError as error:
+                    if yielded:
+                        raise
+                    attempt = await self._abefore_retry(error, attempt, url, guard)
+        finally:
+            guard.close()
+
+    async def aclose(self) -> None:
+        if self._aclient is not None:
+            await self._aclient.aclose()
+            self._aclient = None
+        self.close()
+
+    def _async_client(self) -> httpx.AsyncClient:
+        if self._aclient is None:
+            self._aclient = httpx.AsyncClient(
+                transport=AsyncGuardedTransport(self._policy),
+                timeout=self._timeout,
+                follow_redirects=False,
+                trust_env=False,
+            )
+        return self._aclient
+
+    @contextlib.asynccontextmanager
+    async def _aexchange(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        content: bytes,
+        model: str,
+        guard: _AsyncCancelGuard,
+        secrets: tuple[str, ...],
+    ) -> AsyncIterator[httpx.Response]:
+        client = self._async_client()
+        response: httpx.Response | None = None
+        try:
+            request = client.build_request(
+                "POST",
+                url,
+                headers={"Content-Type": "application/json", **headers},
+                content=content,
+            )
+            try:
+                with guard.section():
+                    response = await client.send(request, stream=True)
+            except Exception as exc:
+                raise self._failure(exc, guard.token, secrets, mid_stream=False) from None
+            if not response.is_success:
+                raise await self._astatus_error(response, model, guard, secrets)
+            yield response
+        finally:
+            if response is not None:
+                await response.aclose()
+
+    async def _abody_chunks(
+        self, response: httpx.Response, guard: _AsyncCancelGuard, secrets: tuple[str, ...]
+    ) -> AsyncIterator[bytes]:
+        chunks = response.aiter_bytes().__aiter__()
+        while True:
+            try:
+                with guard.section():
+                    chunk = await chunks.__anext__()
+            except StopAsyncIteration:
+                break
+            except Exception as exc:
+                raise self._failure(exc, guard.token, secrets, mid_stream=True) from None
+            yield chunk
+        guard.check()
+
+    async def _astatus_error(
+        self,
+        response: httpx.Response,
+        model: str,
+        guard: _AsyncCancelGuard,
+        secrets: tuple[str, ...],
+    ) -> ProviderError:
+        body = bytearray()
+        try:
+            with guard.section():
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) >= MAX_ERROR_BODY_BYTES:
+                        break
+        except httpx.HTTPError:
+            pass  # a partial error body still says something
+        return _error_from_body(response, bytes(body), model, guard.token, secrets)
+
+    async def _abefore_retry(
+        self, error: ProviderError, attempt: int, url: str, guard: _AsyncCancelGuard
+    ) -> int:
+        delay = self._retry_delay(error, attempt, url)
+        if self._sleep is not time.sleep:
+            self._sleep(delay)  # a test's clock
+        else:
+            with guard.section():
+                await asyncio.sleep(delay)
+        guard.check()
+        return attempt + 1
+
     @contextlib.contextmanager
     def _exchange(
         self,
@@ -435,15 +676,7 @@ class Transport:
                     break
         except httpx.HTTPError:
             pass  # a partial error body still says something
-        if cancel is not None and cancel.cancelled:
-            return RequestCancelled()
-        return error_from_response(
-            response.status_code,
-            bytes(body[:MAX_ERROR_BODY_BYTES]).decode("utf-8", errors="replace"),
-            model=model,
-            headers=dict(response.headers),
-            secrets=secrets,
-        )
+        return _error_from_body(response, bytes(body), model, cancel, secrets)
 
     def _body_chunks(
         self, response: httpx.Response, cancel: CancelToken | None, secrets: tuple[str, ...]
@@ -474,6 +707,11 @@ class Transport:
         self, error: ProviderError, attempt: int, url: str, cancel: CancelToken | None
     ) -> int:
         """Wait before the next attempt and return its number, or re-raise `error`."""
+        self._wait(self._retry_delay(error, attempt, url), cancel)
+        return attempt + 1
+
+    def _retry_delay(self, error: ProviderError, attempt: int, url: str) -> float:
+        """How long to wait before retrying after `error`, or re-raise it."""
         if not self._retryable(error) or attempt >= self.max_retries:
             raise error
         if error.retry_after is not None:
@@ -492,8 +730,7 @@ class Transport:
             self.max_retries,
             delay,
         )
-        self._wait(delay, cancel)
-        return attempt + 1
+        return delay
 
     @staticmethod
     def _retryable(error: ProviderError) -> bool:

@@ -190,6 +190,16 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
 
     # --- server events -----------------------------------------------------------------
 
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Turn events skip Channels' per-message `aclose_old_connections` (a thread hop
+        each): their handler never touches the database, and at hundreds of streaming
+        sockets those hops were the Daphne process's largest cost (bench/stream_path.py).
+        """
+        if message.get("type") == events.GROUP_MESSAGE_TYPE:
+            await self.session_event(message)
+        else:
+            await super().dispatch(message)
+
     async def session_event(self, message: dict[str, Any]) -> None:
         event = message["event"]
         turn_id = event.get("turn")
@@ -250,7 +260,9 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
                 if now - last >= STALL_SECONDS:
                     self.tracking[turn_id] = now
                     await self._fill(turn_id)
-            if now >= next_poll:
+            # The poll is for a socket that knows of no active turn: one it tracks is
+            # recovered from its buffer above, and a second turn's events name it.
+            if now >= next_poll and not self.tracking:
                 next_poll = now + ACTIVE_POLL_SECONDS
                 active = await database_sync_to_async(_active_turn_ids)(self.session)
                 for turn_id in active - self.tracking.keys():

@@ -8,6 +8,8 @@ database does not have.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -29,6 +31,21 @@ async def apublish(session_id: object, event: dict[str, Any]) -> None:
 
 def publish(session_id: object, event: dict[str, Any]) -> None:
     async_to_sync(apublish)(session_id, event)
+
+
+def publish_soon(session_id: object, event: dict[str, Any]) -> Awaitable[None]:
+    """Queue a publish now, in call order, and return what to await for its outcome.
+
+    The turn emitter's hot path: the distributed layer queues the PUBLISH on its
+    round-trip batcher without a task per event; any other layer gets a task (tasks
+    start in creation order, so the order holds there too).
+    """
+    layer = get_channel_layer()
+    message = {"type": GROUP_MESSAGE_TYPE, "event": event}
+    send_nowait = getattr(layer, "group_send_nowait", None)
+    if send_nowait is not None:
+        return send_nowait(session_group(session_id), message)
+    return asyncio.ensure_future(apublish(session_id, event))
 
 
 def user_group(user_id: object) -> str:

@@ -13,7 +13,7 @@ only its hooks (`_prepare`, `_parse`, `_stream_parser`, and where its API differ
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, NoReturn, Protocol
 
 from .. import errors
@@ -54,6 +54,13 @@ def close_iterator(events: Iterable[Any]) -> None:
         close()
 
 
+async def aclose_iterator(events: AsyncIterable[Any]) -> None:
+    """`close_iterator` for async generators."""
+    aclose = getattr(events, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
 class HttpProviderClient(ProviderClient):
     """A `ProviderClient` for one provider of one wire API.
 
@@ -90,6 +97,9 @@ class HttpProviderClient(ProviderClient):
     def close(self) -> None:
         self._transport.close()
 
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
     # --- hooks ---------------------------------------------------------------------------
 
     @abstractmethod
@@ -124,6 +134,20 @@ class HttpProviderClient(ProviderClient):
     ) -> Iterable[Any]:
         """The events `_stream_parser`'s parser is fed: Server-Sent Events by default."""
         return self._transport.stream_sse(
+            url, headers=headers, body=body, model=model, cancel=cancel
+        )
+
+    def _open_astream(
+        self,
+        url: str,
+        *,
+        headers: dict[str, str],
+        body: dict[str, Any],
+        model: str,
+        cancel: CancelToken | None,
+    ) -> AsyncIterable[Any]:
+        """`_open_stream` on the event loop."""
+        return self._transport.astream_sse(
             url, headers=headers, body=body, model=model, cancel=cancel
         )
 
@@ -167,6 +191,47 @@ class HttpProviderClient(ProviderClient):
             yield from self._stream_turn(parser, events, stop_when_done=self.stop_when_done)
         except errors.ProviderError as exc:
             self._reraise(exc, model=model)
+
+    async def astream(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        **settings: Any,
+    ) -> AsyncIterator[StreamChunk]:
+        """`stream` on the event loop: the same request, parser and chunks, read without a
+        thread."""
+        url, headers, body = self._prepare(model, messages, tools, settings, stream=True)
+        parser = self._stream_parser(model)
+        events = self._open_astream(
+            url, headers=headers, body=body, model=model, cancel=settings.get("cancel")
+        )
+        try:
+            async for chunk in self._astream_turn(
+                parser, events, stop_when_done=self.stop_when_done
+            ):
+                yield chunk
+        except errors.ProviderError as exc:
+            self._reraise(exc, model=model)
+
+    @staticmethod
+    async def _astream_turn(
+        parser: StreamParser, events: AsyncIterable[Any], *, stop_when_done: bool = True
+    ) -> AsyncIterator[StreamChunk]:
+        """`_stream_turn` over an async event source (same partial and closing rules)."""
+        try:
+            async for event in events:
+                for chunk in parser.feed(event):
+                    yield chunk
+                if stop_when_done and getattr(parser, "done", False):
+                    break
+        except errors.ProviderError as exc:
+            keep_partial(exc, parser.partial_turn())
+            raise
+        finally:
+            await aclose_iterator(events)
+        yield StreamChunk(turn=parser.finish())
 
     def _reraise(self, exc: errors.ProviderError, *, model: str) -> NoReturn:
         refined = self._refine_error(exc, model=model)

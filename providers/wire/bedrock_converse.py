@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -36,7 +36,7 @@ from ..eventstream import EventStreamDecoder, EventStreamMessage
 from ..registry import ProviderDescriptor
 from ..transport import encode_body
 from ..types import AssistantTurn, Context, ModelCapabilities, StreamChunk, TokenUsage, ToolCall
-from ._http_client import HttpProviderClient, Prepared, close_iterator
+from ._http_client import HttpProviderClient, Prepared, aclose_iterator, close_iterator
 from .openai_completions import parse_tool_arguments
 
 CONVERSE_PATH = "/model/{model}/converse"
@@ -757,8 +757,34 @@ class BedrockConverseClient(HttpProviderClient):
         )
         return _decoded(chunks)
 
+    def _open_astream(
+        self,
+        url: str,
+        *,
+        headers: dict[str, str],
+        body: dict[str, Any],
+        model: str,
+        cancel: CancelToken | None,
+    ) -> AsyncIterator[EventStreamMessage]:
+        chunks = self._transport.astream_bytes(
+            url, headers=headers, body=body, model=model, cancel=cancel
+        )
+        return _adecoded(chunks)
+
     def _refine_error(self, exc: errors.ProviderError, *, model: str) -> errors.ProviderError:
         return refine_error(exc, model=model)
+
+
+async def _adecoded(chunks: AsyncIterator[bytes]) -> AsyncIterator[EventStreamMessage]:
+    """`_decoded` over an async body."""
+    decoder = EventStreamDecoder()
+    try:
+        async for data in chunks:
+            for message in decoder.feed(data):
+                yield message
+        decoder.flush()
+    finally:
+        await aclose_iterator(chunks)
 
 
 def _decoded(chunks: Iterator[bytes]) -> Iterator[EventStreamMessage]:
