@@ -306,6 +306,8 @@ def run_k(k: int, upstream: str, env: dict[str, str], redis_url: str) -> RunResu
     with contextlib.ExitStack() as stack:
         base = stack.enter_context(procs.daphne(env))
         worker = stack.enter_context(procs.celery_worker(env, concurrency=k + WORKER_HEADROOM))
+        for _ in range(int(os.environ.get("BENCH_EXTRA_WORKERS", "0"))):
+            stack.enter_context(procs.celery_worker(env, concurrency=k + WORKER_HEADROOM))
         pids = {"daphne": child_pid(f"-p {base.rsplit(':', 1)[1]} "), "worker": worker.popen.pid}
         monitor = Monitor(pids)
         try:

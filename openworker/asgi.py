@@ -22,7 +22,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
-from openworker import watchdog  # noqa: E402
+from openworker import gc_tuning, watchdog  # noqa: E402
 from openworker.runner import embedded_runner  # noqa: E402
 from sessions.routing import websocket_urlpatterns  # noqa: E402
 
@@ -52,3 +52,6 @@ application = RuntimeBinder(
         }
     )
 )
+
+# Everything above is start-up: keep the collector from walking it again.
+gc_tuning.tune_for_serving()

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import types
 import uuid
 import weakref
 from typing import Any
@@ -32,7 +31,7 @@ from typing import Any
 import msgpack
 from channels.layers import BaseChannelLayer
 
-from openworker.redis_batch import CommandBatcher
+from openworker.redis_batch import batcher_for, on_loop_close
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +61,9 @@ class _LoopLayer:
 
         self.layer = layer
         self.redis = aioredis.Redis.from_url(layer.url)
-        self.batcher = CommandBatcher(self.redis)
+        # The loop's shared batcher, the one the replay buffer appends through: an append
+        # queued before a publish is then in Redis before any subscriber sees the publish.
+        self.batcher = batcher_for(layer.url)
         self.pubsub: Any = None
         self.reader: asyncio.Task[None] | None = None
         # Local channel name → its queue; Redis channel → local channels listening to it.
@@ -172,7 +173,8 @@ class RedisPubSubLayer(BaseChannelLayer):
         channel_capacity: dict[str, int] | None = None,
         **_: Any,
     ) -> None:
-        super().__init__(expiry=expiry, capacity=capacity, channel_capacity=channel_capacity)
+        super().__init__(expiry=expiry, capacity=capacity)
+        self.channel_capacity = self.compile_capacities(channel_capacity or {})
         if not hosts or len(hosts) != 1 or not isinstance(hosts[0], str):
             raise ValueError("RedisPubSubLayer takes exactly one Redis URL in hosts")
         self.url = hosts[0]
@@ -267,15 +269,4 @@ class RedisPubSubLayer(BaseChannelLayer):
 
 
 def _close_with_loop(loop: asyncio.AbstractEventLoop, layer: _LoopLayer) -> None:
-    """Close a loop's connections when the loop closes (`async_to_sync` makes and closes
-    loops), rather than leaving them to the garbage collector and its warnings."""
-    original = loop.close
-
-    def close(self: asyncio.AbstractEventLoop) -> None:
-        if not self.is_running() and not self.is_closed():
-            with contextlib.suppress(Exception):
-                self.run_until_complete(layer.close())
-        self.close = original  # type: ignore[method-assign]
-        original()
-
-    loop.close = types.MethodType(close, loop)  # type: ignore[method-assign]
+    on_loop_close(loop, layer.close)

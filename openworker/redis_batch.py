@@ -14,7 +14,10 @@ Redis before any subscriber sees the publish.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import types
 import weakref
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 # Bound one pipeline: a burst after a stall goes out in several round trips rather than
@@ -81,12 +84,38 @@ _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Command
 
 
 def batcher_for(url: str) -> CommandBatcher:
-    """This event loop's batcher for `url` (an asyncio connection must not cross loops)."""
+    """This event loop's batcher for `url` (an asyncio connection must not cross loops);
+    its connections close with the loop."""
     import redis.asyncio as aioredis
 
     loop = asyncio.get_running_loop()
-    per_loop = _clients.setdefault(loop, {})
+    per_loop = _clients.get(loop)
+    if per_loop is None:
+        per_loop = _clients[loop] = {}
+        on_loop_close(loop, lambda: _close_all(per_loop))
     batcher = per_loop.get(url)
     if batcher is None:
         batcher = per_loop[url] = CommandBatcher(aioredis.Redis.from_url(url))
     return batcher
+
+
+async def _close_all(per_loop: dict[str, CommandBatcher]) -> None:
+    for batcher in per_loop.values():
+        with contextlib.suppress(Exception):
+            await batcher.client.aclose()
+    per_loop.clear()
+
+
+def on_loop_close(loop: asyncio.AbstractEventLoop, cleanup: Callable[[], Awaitable[Any]]) -> None:
+    """Run `cleanup()` on `loop` just before it closes (`async_to_sync` makes and closes
+    loops): connections are closed by their loop, not left to the garbage collector and
+    its "unclosed" warnings."""
+    original = loop.close
+
+    def close(self: asyncio.AbstractEventLoop) -> None:
+        if not self.is_running() and not self.is_closed():
+            with contextlib.suppress(Exception):
+                self.run_until_complete(cleanup())
+        original()
+
+    loop.close = types.MethodType(close, loop)  # type: ignore[method-assign]

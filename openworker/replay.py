@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import weakref
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
@@ -85,25 +84,15 @@ class MemoryReplayBuffer:
 
 
 class RedisReplayBuffer:
-    """Redis Streams. One asyncio client per event loop: Celery runs each turn under its
-    own loop, and an asyncio connection must not cross loops."""
+    """Redis Streams, through the event loop's shared client and batcher
+    (`openworker.redis_batch`: an asyncio connection must not cross loops)."""
 
     def __init__(self, url: str, *, prefix: str = "openworker") -> None:
         self.url = url
         self.prefix = prefix
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
-            weakref.WeakKeyDictionary()
-        )
 
     def _client(self) -> Any:
-        import redis.asyncio as aioredis
-
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            client = aioredis.Redis.from_url(self.url)
-            self._clients[loop] = client
-        return client
+        return batcher_for(self.url).client
 
     def _key(self, turn_id: str) -> str:
         return f"{self.prefix}:turn:{turn_id}:events"

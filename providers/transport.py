@@ -309,14 +309,23 @@ class Transport:
         self._timeout = httpx.Timeout(
             connect=connect_timeout, read=read_timeout, write=read_timeout, pool=connect_timeout
         )
-        self._client = httpx.Client(
-            transport=GuardedTransport(policy, network_backend=_AbortableBackend()),
-            timeout=self._timeout,
-            follow_redirects=False,
-            trust_env=False,
-        )
-        # The event-loop twin, made on first async use (on the loop that uses it).
+        # Each client is made on first use: a turn reads on the event loop and never
+        # needs the blocking one (and 200 turns' unused pools add up).
+        self._sync_client: httpx.Client | None = None
+        self._sync_lock = threading.Lock()
         self._aclient: httpx.AsyncClient | None = None
+
+    @property
+    def _client(self) -> httpx.Client:
+        with self._sync_lock:
+            if self._sync_client is None:
+                self._sync_client = httpx.Client(
+                    transport=GuardedTransport(self._policy, network_backend=_AbortableBackend()),
+                    timeout=self._timeout,
+                    follow_redirects=False,
+                    trust_env=False,
+                )
+            return self._sync_client
 
     def post_json(
         self,
@@ -425,7 +434,8 @@ class Transport:
                 attempt = self._before_retry(error, attempt, url, cancel)
 
     def close(self) -> None:
-        self._client.close()
+        if self._sync_client is not None:
+            self._sync_client.close()
 
     # --- the event-loop twin -------------------------------------------------------------
     # The same requests, retries, errors and cancel semantics over `httpx.AsyncClient`, for

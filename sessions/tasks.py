@@ -34,6 +34,13 @@ def _start_lease_sweeper(**_: Any) -> None:
     start_thread()
 
 
+@worker_ready.connect
+def _tune_gc(**_: Any) -> None:
+    from openworker.gc_tuning import tune_for_serving
+
+    tune_for_serving()
+
+
 # One attempt: a failed export is marked failed with its reason and the admin starts a
 # new one; acks_late redelivers it if the worker died, and a completed job is a no-op.
 @shared_task(

@@ -1,0 +1,287 @@
+"""`openworker.channel_layer.RedisPubSubLayer`, the distributed channel layer, against the
+real Redis of the distributed phase. Every test names its own prefix, so its pub/sub
+channels (which Redis shares across databases) are its own; two "processes" are two
+layer instances on two event loops in two threads."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from channels.layers import get_channel_layer
+from django.conf import settings
+
+from openworker import channel_layer
+from openworker.channel_layer import RedisPubSubLayer
+from openworker.health import check_channel_layer
+
+pytestmark = [pytest.mark.distributed, pytest.mark.usefixtures("require_distributed")]
+
+# Generous bounds that only stop a broken test from hanging; nothing asserts on time.
+WAIT_SECONDS = 10.0
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"test-layer-{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+async def layers(prefix: str) -> AsyncIterator[Callable[..., RedisPubSubLayer]]:
+    """Layer instances on the test's event loop (flushed, i.e. closed, afterwards)."""
+    made: list[RedisPubSubLayer] = []
+
+    def make(**config: Any) -> RedisPubSubLayer:
+        layer = RedisPubSubLayer(hosts=[settings.REDIS_URL], prefix=prefix, **config)
+        made.append(layer)
+        return layer
+
+    yield make
+    for layer in made:
+        await layer.flush()
+
+
+async def receive(layer: RedisPubSubLayer, channel: str) -> dict[str, Any]:
+    return await asyncio.wait_for(layer.receive(channel), WAIT_SECONDS)
+
+
+async def subscribers(*redis_channels: str) -> list[int]:
+    """How many connections Redis has subscribed to each pub/sub channel."""
+    client = aioredis.Redis.from_url(settings.REDIS_URL)
+    try:
+        return [count for _, count in await client.pubsub_numsub(*redis_channels)]
+    finally:
+        await client.aclose()
+
+
+async def until_subscribers(expected: list[int], *redis_channels: str) -> None:
+    """Wait until Redis reports these subscriber counts (an (un)subscribe is sent without
+    waiting for Redis to confirm it, and a closed connection is dropped asynchronously)."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while (counts := await subscribers(*redis_channels)) != expected:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"subscribers of {redis_channels}: {counts} != {expected}")
+        await asyncio.sleep(0.01)
+
+
+class LoopThread:
+    """One "process": an event loop of its own, running on a thread of its own."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(WAIT_SECONDS)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(WAIT_SECONDS)
+        self.loop.close()
+
+
+@contextlib.contextmanager
+def processes(count: int) -> Iterator[list[LoopThread]]:
+    threads = [LoopThread() for _ in range(count)]
+    try:
+        yield threads
+    finally:
+        for thread in threads:
+            thread.close()
+
+
+async def joined(layer: RedisPubSubLayer, group: str) -> str:
+    channel = await layer.new_channel()
+    await layer.group_add(group, channel)
+    return channel
+
+
+# --- channels and groups ----------------------------------------------------------------
+
+
+async def test_a_message_sent_to_a_new_channel_is_received(layers) -> None:
+    layer = layers()
+    channel = await layer.new_channel()
+    assert channel.startswith("specific.")
+    await layer.send(channel, {"type": "hello", "text": "héllo", "data": b"\x00\x01", "n": 3})
+    assert await receive(layer, channel) == {
+        "type": "hello",
+        "text": "héllo",
+        "data": b"\x00\x01",
+        "n": 3,
+    }
+
+
+def test_group_send_reaches_members_in_two_processes(prefix: str) -> None:
+    with processes(2) as (one, two):
+        layer_one = RedisPubSubLayer(hosts=[settings.REDIS_URL], prefix=prefix)
+        layer_two = RedisPubSubLayer(hosts=[settings.REDIS_URL], prefix=prefix)
+        channel_one = one.run(joined(layer_one, "room"))
+        channel_two = two.run(joined(layer_two, "room"))
+
+        one.run(layer_one.group_send("room", {"type": "chat", "text": "from one"}))
+        assert one.run(receive(layer_one, channel_one))["text"] == "from one"
+        assert two.run(receive(layer_two, channel_two))["text"] == "from one"
+
+        two.run(layer_two.group_send("room", {"type": "chat", "text": "from two"}))
+        assert one.run(receive(layer_one, channel_one))["text"] == "from two"
+        assert two.run(receive(layer_two, channel_two))["text"] == "from two"
+
+
+async def test_group_discard_stops_delivery_to_that_channel_only(layers, prefix: str) -> None:
+    layer = layers()
+    sender = layers()
+    first, second = await joined(layer, "room"), await joined(layer, "room")
+    group_key = f"{prefix}:group:room"
+    assert await subscribers(group_key) == [1]  # two members, one Redis subscription
+
+    await layer.group_discard("room", first)
+    await sender.group_send("room", {"type": "chat", "n": 1})
+    # Published after the group message on the same connection, read from the same
+    # subscription: had `first` still been a member, the group message would come first.
+    await sender.send(first, {"type": "direct"})
+    assert await receive(layer, second) == {"type": "chat", "n": 1}
+    assert await receive(layer, first) == {"type": "direct"}
+
+    await layer.group_discard("room", second)
+    await until_subscribers([0], group_key)  # the last member left: unsubscribed
+
+
+async def test_a_full_channel_drops_its_oldest_messages(layers) -> None:
+    layer = layers(capacity=3)
+    sender = layers()
+    full, probe = await layer.new_channel(), await layer.new_channel()
+    for n in range(1, 6):
+        await sender.send(full, {"type": "n", "n": n})
+    # One subscription connection reads in publish order: once the probe is here, all
+    # five went into `full`'s queue.
+    await sender.send(probe, {"type": "probe"})
+    assert await receive(layer, probe) == {"type": "probe"}
+
+    assert [(await receive(layer, full))["n"] for _ in range(3)] == [3, 4, 5]
+    await sender.send(full, {"type": "n", "n": 6})
+    assert (await receive(layer, full))["n"] == 6  # 1 and 2 are gone, not late
+
+
+async def test_channel_capacity_bounds_the_matching_channels(layers) -> None:
+    layer = layers(capacity=100, channel_capacity={"small.*": 2})
+    sender = layers()
+    small, probe = await layer.new_channel("small."), await layer.new_channel()
+    for n in range(1, 5):
+        await sender.send(small, {"type": "n", "n": n})
+    await sender.send(probe, {"type": "probe"})
+    await receive(layer, probe)
+    assert [(await receive(layer, small))["n"] for _ in range(2)] == [3, 4]
+
+
+async def test_a_thousand_group_sends_from_one_loop_arrive_in_order(layers) -> None:
+    receiver = layers(capacity=2_000)
+    sender = layers()
+    channel = await joined(receiver, "burst")
+
+    await asyncio.gather(*(sender.group_send("burst", {"type": "n", "n": n}) for n in range(1000)))
+    got = [(await receive(receiver, channel))["n"] for _ in range(1000)]
+    assert got == list(range(1000))
+
+
+async def test_group_send_nowait_is_queued_in_call_order(layers) -> None:
+    receiver = layers()
+    sender = layers()
+    channel = await joined(receiver, "room")
+    futures = [sender.group_send_nowait("room", {"type": "n", "n": n}) for n in range(20)]
+    # One subscriber each: PUBLISH replies with the number of receiving connections.
+    assert await asyncio.gather(*futures) == [1] * 20
+    assert [(await receive(receiver, channel))["n"] for _ in range(20)] == list(range(20))
+
+
+# --- receive under a timeout, and channels nobody reads any more --------------------------
+
+
+async def test_receive_under_wait_for_keeps_group_membership_and_loses_nothing(
+    layers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Forgetting is checked well within each quiet gap of the publisher below.
+    monkeypatch.setattr(channel_layer, "FORGET_AFTER_SECONDS", 0.02)
+    layer = layers()
+    sender = layers()
+    channel = await joined(layer, "room")
+
+    async def publish() -> None:
+        for n in range(15):
+            await sender.group_send("room", {"type": "n", "n": n})
+            await asyncio.sleep(0.05)
+
+    publisher = asyncio.create_task(publish())
+    got: list[int] = []
+    timeouts = 0
+    deadline = time.monotonic() + WAIT_SECONDS
+    while len(got) < 15 and time.monotonic() < deadline:
+        # The pattern of tests/security/test_secrets_canary.py's LayerTap.
+        try:
+            got.append((await asyncio.wait_for(layer.receive(channel), timeout=0.01))["n"])
+        except TimeoutError:
+            timeouts += 1
+            await asyncio.sleep(0.005)  # a short gap with no receive waiting
+    await publisher
+    assert got == list(range(15))
+    assert timeouts > 0  # the receives really were cancelled in between
+
+
+async def test_an_abandoned_channel_is_forgotten_after_the_forget_delay(
+    layers, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(channel_layer, "FORGET_AFTER_SECONDS", 0.05)
+    layer = layers()
+    channel = await joined(layer, "room")
+    keys = (f"{prefix}:group:room", f"{prefix}:channel:{channel}")
+    assert await subscribers(*keys) == [1, 1]
+
+    # The consumer ended: Channels cancelled its receive, and nobody receives again.
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(layer.receive(channel), timeout=0.01)
+    await until_subscribers([0, 0], *keys)
+
+    # Receiving again listens to the channel, but the group membership stays forgotten.
+    waiting = asyncio.create_task(receive(layer, channel))
+    await until_subscribers([1], keys[1])
+    await layer.group_send("room", {"type": "group"})
+    await layer.send(channel, {"type": "direct"})
+    assert await waiting == {"type": "direct"}
+
+
+async def test_flush_drops_every_subscription(layers, prefix: str) -> None:
+    layer = layers()
+    channel = await joined(layer, "room")
+    keys = (f"{prefix}:group:room", f"{prefix}:channel:{channel}")
+    assert await subscribers(*keys) == [1, 1]
+
+    await layer.flush()
+    await until_subscribers([0, 0], *keys)
+    # The layer works again on the same loop, from scratch.
+    fresh = await layer.new_channel()
+    await layer.send(fresh, {"type": "after.flush"})
+    assert await receive(layer, fresh) == {"type": "after.flush"}
+
+
+def test_closing_the_event_loop_closes_its_connections(prefix: str) -> None:
+    layer = RedisPubSubLayer(hosts=[settings.REDIS_URL], prefix=prefix)
+    with processes(1) as (process,):
+        channel = process.run(joined(layer, "room"))
+    # `processes` closed the loop without anyone calling flush.
+    keys = (f"{prefix}:group:room", f"{prefix}:channel:{channel}")
+    asyncio.run(until_subscribers([0, 0], *keys))
+
+
+def test_healthz_channel_layer_roundtrip_passes_with_this_layer() -> None:
+    assert isinstance(get_channel_layer(), RedisPubSubLayer)
+    # Each check runs on a fresh event loop (async_to_sync), as /healthz does.
+    assert check_channel_layer() == (True, "RedisPubSubLayer")
+    assert check_channel_layer() == (True, "RedisPubSubLayer")
