@@ -37,6 +37,12 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         except TimeoutError:
             raise httpcore.ReadTimeout("timed out reading") from None
         except OSError as exc:
+            # StreamReader raises a reset before handing over what had already arrived;
+            # the blocking backend returns those bytes first (the partial reply keeps
+            # them), and so does this one: the error comes on the next read.
+            pending = _take_buffered(self._reader, max_bytes)
+            if pending:
+                return pending
             raise httpcore.ReadError(str(exc) or type(exc).__name__) from exc
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
@@ -124,6 +130,15 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+
+def _take_buffered(reader: asyncio.StreamReader, max_bytes: int) -> bytes:
+    buffer = getattr(reader, "_buffer", None)  # CPython's StreamReader keeps a bytearray
+    if not buffer:
+        return b""
+    data = bytes(buffer[:max_bytes])
+    del buffer[:max_bytes]
+    return data
 
 
 def _fd_readable(sock: Any) -> bool:

@@ -40,6 +40,9 @@ _NO_QUOTA = (
     "exceeded your current quota",
     "credit balance is too low",
     "billing hard limit",
+    # Bedrock's daily token quota (a 429 ThrottlingException): retrying within seconds
+    # cannot help, so it must be known as a quota before the transport decides to retry.
+    "too many tokens per day",
 )
 # OpenAI's code, Anthropic's phrase, and the generic wording most compatible servers copy.
 _CONTEXT_TOO_LONG = (

@@ -63,13 +63,12 @@ FOREVER = 3600.0
 
 @dataclass
 class Wired:
-    """One provider's router pointed at its fake, with the transports it built."""
+    """One provider's router pointed at its fake, and the retry delays it recorded."""
 
     api: str
     server: FakeServer
     router: ProviderRouter
     model: str
-    transports: list[Transport]
     waits: list[float]
 
     def astream(self, **settings: Any) -> AsyncIterator[StreamChunk]:
@@ -83,22 +82,17 @@ class Wired:
 async def wired(
     name: str, *, policy: OutboundPolicy = LOCAL, base_url: str | None = None, **options: Any
 ) -> AsyncIterator[Wired]:
-    """`name`'s router against its fake; every Transport records its retry delays in
-    `waits` instead of sleeping. The router is closed with `aclose()` on the loop."""
+    """`name`'s router against its fake. Its transports record their retry delays in
+    `waits` instead of sleeping (unless given a `sleep=`); `options` are the rest of
+    `Transport`'s. The router is closed with `aclose()`, on the loop."""
     descriptor = get_descriptor(name)
     assert descriptor is not None
     model = MODEL_FOR_API[descriptor.api]
     caps = ModelCapabilities(
         tools=True, reasoning=True, thinking=THINKING_FOR_API[descriptor.api], curated=True
     )
-    transports: list[Transport] = []
     waits: list[float] = []
-
     options.setdefault("sleep", waits.append)
-
-    def transport() -> Transport:
-        transports.append(Transport(policy=policy, **options))
-        return transports[-1]
 
     with _server(descriptor) as server:
         profile = _profile(descriptor, server, sigv4=True)
@@ -107,10 +101,10 @@ async def wired(
         router = ProviderRouter(
             {f"provider:{name}": profile},
             matrix={f"{name}:{model}": caps},
-            transport_factory=transport,
+            transport_factory=lambda: Transport(policy=policy, **options),
         )
         try:
-            yield Wired(descriptor.api, server, router, f"{name}:{model}", transports, waits)
+            yield Wired(descriptor.api, server, router, f"{name}:{model}", waits)
         finally:
             await router.aclose()
 
@@ -242,23 +236,12 @@ FINAL_FAILURES = {
     "model-not-found": fake.model_not_found(),
     "error-event-mid-stream": fake.Reply(fake.text("So far"), fake.error_event("rate_limit")),
 }
-BEDROCK_QUOTA_IS_RETRIED = pytest.mark.xfail(
-    strict=True,
-    reason="Bedrock's daily-quota 429 (ThrottlingException 'Too many tokens per day') is "
-    "classified as a retryable RateLimitError by the transport and only refined into "
-    "QuotaError by BedrockConverseClient._refine_error after the retries: 3 requests",
-)
 
 
 @pytest.mark.parametrize(
     ("name", "failure"),
     [
-        pytest.param(
-            name,
-            failure,
-            id=f"{kind}-{name}",
-            marks=[BEDROCK_QUOTA_IS_RETRIED] if (name, kind) == ("bedrock", "quota") else [],
-        )
+        pytest.param(name, failure, id=f"{kind}-{name}")
         for name in PATHS
         for kind, failure in FINAL_FAILURES.items()
     ],
@@ -367,11 +350,12 @@ async def test_a_token_fired_between_reads_spares_the_consumers_own_awaits(name:
         with pytest.raises(RequestCancelled):
             async for chunk in stream:  # only what had already arrived, then the raise
                 received.append(chunk)
+        disconnected = await asyncio.to_thread(w.server.wait_for_disconnect, 20)
 
     assert busy_cancelling == 0
     assert current.cancelling() == 0
     assert "First words here".startswith(streamed_text(received))
-    assert w.server.disconnects and w.server.disconnects[0].request_index == 0
+    assert disconnected and w.server.disconnects[0].request_index == 0
 
 
 @pytest.mark.parametrize("name", PATHS)
@@ -398,8 +382,8 @@ async def test_a_token_fired_while_waiting_for_the_response_headers_ends_the_req
             peer, _ = listener.accept()
             with peer:
                 received = b""
-                while b"\r\n\r\n" not in received:
-                    received += peer.recv(65536)
+                while b"\r\n\r\n" not in received and (chunk := peer.recv(65536)):
+                    received += chunk
                 cancel.cancel()  # from this thread, while the client awaits the headers
                 while chunk := peer.recv(65536):
                     received += chunk
@@ -604,13 +588,6 @@ async def test_the_asyncio_backend_reads_what_the_peer_sent_then_end_of_file():
     assert received == b"pong"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=httpcore.ReadError,
-    reason="AsyncioStream.read raises a stored connection error before the bytes that "
-    "arrived ahead of it (asyncio.StreamReader.read checks its exception first); the "
-    "blocking backend returns those bytes, then raises",
-)
 @pytest.mark.timeout(30)
 async def test_the_asyncio_backend_hands_over_bytes_that_arrived_before_a_reset():
     with socket.create_server(("127.0.0.1", 0)) as listener:
