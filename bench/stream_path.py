@@ -298,17 +298,22 @@ async def drive_floor(upstream: str, k: int) -> list[float]:
 # -- one K --------------------------------------------------------------------------------
 
 
-def run_k(k: int, upstream: str, env: dict[str, str], redis_url: str) -> RunResult:
+def run_k(
+    k: int, upstream: str, env: dict[str, str], redis_url: str, workers: int = 1
+) -> RunResult:
     from tests.support import procs
 
     flush_redis(redis_url)
     sessions = make_sessions(k, upstream)
     with contextlib.ExitStack() as stack:
         base = stack.enter_context(procs.daphne(env))
-        worker = stack.enter_context(procs.celery_worker(env, concurrency=k + WORKER_HEADROOM))
-        for _ in range(int(os.environ.get("BENCH_EXTRA_WORKERS", "0"))):
+        pool = [
             stack.enter_context(procs.celery_worker(env, concurrency=k + WORKER_HEADROOM))
-        pids = {"daphne": child_pid(f"-p {base.rsplit(':', 1)[1]} "), "worker": worker.popen.pid}
+            for _ in range(workers)
+        ]
+        worker = pool[0]
+        pids = {"daphne": child_pid(f"-p {base.rsplit(':', 1)[1]} ")}
+        pids.update({f"worker-{n}": proc.popen.pid for n, proc in enumerate(pool)})
         monitor = Monitor(pids)
         try:
             clients = asyncio.run(drive_websockets(base, sessions, monitor.start))
@@ -328,7 +333,7 @@ def report(results: list[RunResult]) -> bool:
         lat = r.latencies
         p50, p95, p99 = (percentile(lat, p) for p in (50, 95, 99))
         f50, f99 = percentile(r.floor_ms, 50), percentile(r.floor_ms, 99)
-        daphne, worker = r.stats["daphne"], r.stats["worker"]
+        daphne, worker = r.stats["daphne"], _workers_total(r.stats)
         per_turn = (worker.rss_peak - worker.rss_idle) / r.k / MIB
         rows.append(
             [
@@ -388,6 +393,18 @@ def report(results: list[RunResult]) -> bool:
     return ok
 
 
+def _workers_total(stats: dict[str, ProcStats]) -> ProcStats:
+    """Every worker process's figures added up (peaks too: they hold memory at once)."""
+    total = ProcStats("workers")
+    for name, one in stats.items():
+        if name.startswith("worker-"):
+            total.cpu_start += one.cpu_start
+            total.cpu_end += one.cpu_end
+            total.rss_idle += one.rss_idle
+            total.rss_peak += one.rss_peak
+    return total
+
+
 def _interrupt(*_: Any) -> None:
     raise KeyboardInterrupt
 
@@ -397,20 +414,32 @@ def main() -> int:
     parser.add_argument("--ks", default=",".join(map(str, KS)), help="comma-separated K")
     parser.add_argument("--database-url", default=DATABASE_URL)
     parser.add_argument("--redis-url", default=REDIS_URL)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="Celery worker processes (threads pool each); one per core is the usual shape",
+    )
     args = parser.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
     # SIGTERM unwinds like Ctrl-C, so every `finally` stops its processes.
     signal.signal(signal.SIGTERM, _interrupt)
     env = prepare_environment(args.database_url, args.redis_url)
+    # The clients measure: a full collection here would stall every socket's receive and
+    # be counted as the server's latency. Same settings as the servers'.
+    from openworker.gc_tuning import tune_for_serving
+
+    tune_for_serving()
     print(
         f"stream path: {TOKENS} tokens at {RATE:g}/s per turn, K = {ks}, "
+        f"{args.workers} worker process(es), "
         f"coalescing {os.environ.get('STREAM_COALESCE_SECONDS', '0.04')} s\n"
     )
     results = []
     started = time.monotonic()
     with upstream_process(TOKENS, RATE) as upstream:
         for k in ks:
-            results.append(run_k(k, upstream, env, args.redis_url))
+            results.append(run_k(k, upstream, env, args.redis_url, args.workers))
             print(f"K={k} done ({time.monotonic() - started:.0f} s)", flush=True)
     print()
     return 0 if report(results) else 1

@@ -31,7 +31,7 @@ from typing import Any
 import msgpack
 from channels.layers import BaseChannelLayer
 
-from openworker.redis_batch import batcher_for, on_loop_close
+from openworker.redis_batch import CommandBatcher, on_loop_close
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +61,11 @@ class _LoopLayer:
 
         self.layer = layer
         self.redis = aioredis.Redis.from_url(layer.url)
-        # The loop's shared batcher, the one the replay buffer appends through: an append
-        # queued before a publish is then in Redis before any subscriber sees the publish.
-        self.batcher = batcher_for(layer.url)
+        # Its own connection and batcher: sharing the replay buffer's kept appends and
+        # publishes in one order but tripled the streaming path's latency at 200 turns (one
+        # pipeline in flight for both). A socket that sees a publish overtake an earlier
+        # append waits for the buffer instead (`SessionConsumer._fill_gap`).
+        self.batcher = CommandBatcher(self.redis)
         self.pubsub: Any = None
         self.reader: asyncio.Task[None] | None = None
         # Local channel name → its queue; Redis channel → local channels listening to it.

@@ -14,9 +14,11 @@ from django.db import DatabaseError, close_old_connections
 
 # Distributed mode: database calls of every turn in a worker share this many threads, so
 # a worker holds at most this many PostgreSQL connections however many turns it runs
-# (one connection per turn exhausted the server at ~100 concurrent turns). Embedded mode
-# keeps Django's single sync thread: SQLite wants one writer.
-DB_THREADS = 16
+# (one connection per turn exhausted the server at ~100 concurrent turns). Few: each
+# call is short, and every extra runnable thread competes with the event loop for the
+# GIL (16 threads stalled the streams when 200 turns ended at once; bench/stream_path.py).
+# Embedded mode keeps Django's single sync thread: SQLite wants one writer.
+DB_THREADS = 4
 _DB_POOL = ThreadPoolExecutor(max_workers=DB_THREADS, thread_name_prefix="turn-db")
 
 

@@ -39,7 +39,7 @@ from openworker.runner import register_local, unregister_local
 from openworker.streaming import TurnEmitter
 from openworker.tools.base import ToolContext, ToolResult
 from openworker.tools.registry import ToolRegistry, default_registry
-from providers.base import STREAM_THREADS, ProviderClient
+from providers.base import ProviderClient
 from providers.cancel import CancelToken
 from providers.errors import ProviderError, RequestCancelled
 from providers.outbound import OutboundPolicy
@@ -176,18 +176,15 @@ class _TurnRun:
     async def _title(self) -> None:
         """Name a new session after its first exchange (a short model call, or the first
         words when titling by model is off or fails) and tell the open pages. The model
-        call runs on a provider thread; only the reads and the write use the database."""
+        call streams on this loop; only the reads and the write use the database."""
         request = await _db(services.title_request)(session_id=self.session.pk)
         if request is None:
             return
         title = ""
         if settings.AUTO_TITLE:
             provider = await _db(self.provider_factory)(self.session.owner_id)
-            loop = asyncio.get_running_loop()
             try:
-                title = await loop.run_in_executor(
-                    STREAM_THREADS, services.title_from_model, request, provider
-                )
+                title = await services.atitle_from_model(request, provider)
             finally:
                 await provider.aclose()
         title = await _db(services.session_title_save)(

@@ -7,8 +7,8 @@ every command queued while a pipeline is in flight goes out in the next one: not
 waits for a timer, and under load each round trip carries the whole backlog.
 
 Commands keep the order they were queued in, within a batch and across batches (one
-pipeline at a time per loop), so a replay-buffer append queued before a publish is in
-Redis before any subscriber sees the publish.
+pipeline at a time per batcher). Two batchers (the replay buffer's and the channel
+layer's) run side by side, on their own connections, with no order between them.
 """
 
 from __future__ import annotations

@@ -114,9 +114,9 @@ class TurnEmitter:
     def _send(self, type_: str, fields: dict[str, Any]) -> tuple[dict[str, Any], Any, Any]:
         self.seq += 1
         event = {"type": type_, "turn": self.turn_id, "seq": self.seq, **fields}
-        # The append is queued before the publish, so it reaches Redis first (usually in
-        # the same round trip): a socket that sees seq N live and finds a gap can always
-        # fill it from the buffer.
+        # The append is queued before the publish. They travel on separate connections, so
+        # a publish may still overtake an append: a socket that sees a gap waits for the
+        # buffer to catch up (`SessionConsumer._fill_gap`).
         stored = self._queue(self.buffer.append_soon, self.turn_id, self.seq, event)
         published = self._queue(events.publish_soon, self.session_id, event)
         return event, stored, published

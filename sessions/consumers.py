@@ -36,6 +36,10 @@ STALL_SECONDS = 1.0
 # How often the socket looks for turns it has not heard of at all (started from another
 # tab while every one of their events was dropped).
 ACTIVE_POLL_SECONDS = 5.0
+# A live event that arrives with a gap before it waits this long, re-reading the buffer
+# every GAP_RETRY_SECONDS, for the missing events to be in the buffer.
+GAP_WAIT_SECONDS = 0.5
+GAP_RETRY_SECONDS = 0.02
 SETTLED = {"completed", "failed", "cancelled", "interrupted", "awaiting_approval"}
 
 
@@ -208,7 +212,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json(event)
             return
         if seq > self.sent.get(turn_id, 0) + 1:
-            await self._fill(turn_id)
+            await self._fill_gap(turn_id, seq)
         await self._deliver(event)
 
     async def user_event(self, message: dict[str, Any]) -> None:
@@ -221,6 +225,19 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         if key and key != getattr(self.scope.get("session"), "session_key", None):
             return
         await self.close(code=CLOSE_UNAUTHENTICATED)
+
+    async def _fill_gap(self, turn_id: str, seq: int) -> None:
+        """Fill the events before `seq` from the replay buffer, waiting a little for any
+        the buffer does not have yet: the worker appends and publishes on separate
+        connections, so a publish can overtake the append of an earlier event. Past
+        GAP_WAIT_SECONDS the socket moves on (the transcript is authoritative)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + GAP_WAIT_SECONDS
+        while True:
+            await self._fill(turn_id)
+            if self.sent.get(turn_id, 0) >= seq - 1 or loop.time() >= deadline:
+                return
+            await asyncio.sleep(GAP_RETRY_SECONDS)
 
     async def _fill(self, turn_id: str) -> None:
         """Send what the replay buffer has after this socket's position for the turn."""

@@ -611,6 +611,27 @@ def title_from_model(request: TitleRequest, provider: Any) -> str:
     return _clean_title(turn.text or "")
 
 
+async def atitle_from_model(request: TitleRequest, provider: Any) -> str:
+    """`title_from_model` for the engine's event loop: the same request, streamed through
+    `astream` (a blocking call per titled session put hundreds of threads back beside
+    the streams when many turns ended at once: bench/stream_path.py)."""
+    import logging
+
+    final = None
+    try:
+        async for chunk in provider.astream(
+            model=request.model, messages=request.messages, max_tokens=TITLE_MAX_TOKENS
+        ):
+            if chunk.turn is not None:
+                final = chunk.turn
+    except Exception:
+        logging.getLogger(__name__).info(
+            "titling session %s failed", request.session_id, exc_info=True
+        )
+        return ""
+    return _clean_title(final.text or "") if final is not None else ""
+
+
 def session_title_save(*, session_id: uuid.UUID | str, title: str) -> str:
     """Store the title unless the user set one meanwhile; returns the session's title."""
     Session.objects.filter(pk=session_id, title="").update(title=title)

@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+
+# The collector as CPython ships it (openworker/gc_tuning.py): in this process and in
+# the Daphne and Celery processes the distributed tests start, which inherit it.
+os.environ.setdefault("OPENWORKER_GC_TUNING", "0")
 
 import pytest
 from django.conf import settings

@@ -1,0 +1,76 @@
+"""A socket that sees a live event with a gap before it fills the gap from the replay
+buffer, waiting for the buffer when the worker's append has not landed yet (appends and
+publishes travel on separate connections, so a publish may overtake an append)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from openworker.asgi import application
+from openworker.replay import get_replay_buffer
+from sessions import consumers, events
+from sessions.models import Session
+from tests.support.chat import session_cookie
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def open_socket(user, session) -> WebsocketCommunicator:
+    cookie = await sync_to_async(session_cookie)(user)
+    ws = WebsocketCommunicator(
+        application,
+        f"/ws/sessions/{session.pk}/",
+        headers=[(b"origin", b"http://127.0.0.1:8000"), (b"cookie", cookie.encode())],
+    )
+    connected, _ = await ws.connect()
+    assert connected
+    hello = await ws.receive_json_from(timeout=5)
+    assert hello["type"] == "hello"
+    return ws
+
+
+def delta(turn: str, seq: int) -> dict:
+    return {"type": "delta", "turn": turn, "seq": seq, "text": f"<{seq}>"}
+
+
+async def received_seqs(ws: WebsocketCommunicator, count: int) -> list[int]:
+    return [(await ws.receive_json_from(timeout=5))["seq"] for _ in range(count)]
+
+
+async def test_a_publish_that_overtakes_an_earlier_append_waits_for_the_buffer(owner):
+    session = await Session.objects.acreate(owner=owner, model="anthropic:claude-test-1")
+    ws = await open_socket(owner, session)
+    buffer = get_replay_buffer()
+    turn = str(uuid.uuid4())
+    await buffer.append(turn, 1, delta(turn, 1))
+    await events.apublish(session.pk, delta(turn, 1))
+    assert await received_seqs(ws, 1) == [1]
+
+    # seq 2's publish was lost, and the appends of 2 and 3 (queued in that order on the
+    # buffer's connection) land only after seq 3's publish is seen live.
+    async def late_appends() -> None:
+        await asyncio.sleep(0.2)
+        await buffer.append(turn, 2, delta(turn, 2))
+        await buffer.append(turn, 3, delta(turn, 3))
+
+    appending = asyncio.ensure_future(late_appends())
+    await events.apublish(session.pk, delta(turn, 3))
+    assert await received_seqs(ws, 2) == [2, 3]
+    await appending
+    await ws.disconnect()
+
+
+async def test_a_gap_the_buffer_never_fills_is_passed_after_the_wait(owner, monkeypatch):
+    monkeypatch.setattr(consumers, "GAP_WAIT_SECONDS", 0.1)
+    session = await Session.objects.acreate(owner=owner, model="anthropic:claude-test-1")
+    ws = await open_socket(owner, session)
+    turn = str(uuid.uuid4())
+    await events.apublish(session.pk, delta(turn, 1))
+    await events.apublish(session.pk, delta(turn, 3))  # seq 2 exists nowhere
+    assert await received_seqs(ws, 2) == [1, 3]
+    await ws.disconnect()
