@@ -24,7 +24,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import httpcore
@@ -452,34 +452,16 @@ class Transport:
         cancel: CancelToken | None = None,
     ) -> AsyncIterator[SSEEvent]:
         """`stream_sse` on the running event loop."""
-        content = encode_body(body)
-        secrets = _secrets(url, headers)
+
+        def events() -> tuple[Callable[[bytes], Iterable[SSEEvent]], Callable[[], None]]:
+            decoder = SSEDecoder()
+            return decoder.feed, decoder.flush
+
         request_headers = {"Accept": "text/event-stream", **headers}
-        guard = _AsyncCancelGuard(cancel)
-        attempt = 0
-        try:
-            while True:
-                yielded = False
-                try:
-                    async with self._aexchange(
-                        url, request_headers, content, model, guard, secrets
-                    ) as response:
-                        decoder = SSEDecoder()
-                        async for chunk in self._abody_chunks(response, guard, secrets):
-                            for event in decoder.feed(chunk):
-                                guard.check()
-                                yielded = True
-                                yield event
-                        decoder.flush()
-                    return
-                except SSEProtocolError as exc:
-                    raise StreamError(str(exc)) from None
-                except ProviderError as error:
-                    if yielded:
-                        raise
-                    attempt = await self._abefore_retry(error, attempt, url, guard)
-        finally:
-            guard.close()
+        stream = self._astream(url, request_headers, body, model, cancel, events)
+        async with contextlib.aclosing(stream):  # leaving early releases the connection now
+            async for event in stream:
+                yield event
 
     async def astream_bytes(
         self,
@@ -491,6 +473,26 @@ class Transport:
         cancel: CancelToken | None = None,
     ) -> AsyncIterator[bytes]:
         """`stream_bytes` on the running event loop."""
+
+        def chunks() -> tuple[Callable[[bytes], Iterable[bytes]], Callable[[], None]]:
+            return (lambda chunk: (chunk,) if chunk else ()), (lambda: None)
+
+        stream = self._astream(url, headers, body, model, cancel, chunks)
+        async with contextlib.aclosing(stream):
+            async for chunk in stream:
+                yield chunk
+
+    async def _astream(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        body: dict[str, Any],
+        model: str,
+        cancel: CancelToken | None,
+        new_decoder: Callable[[], tuple[Callable[[bytes], Iterable[Any]], Callable[[], None]]],
+    ) -> AsyncIterator[Any]:
+        """POST and yield what a fresh decoder (per attempt) makes of the body: retried
+        only while nothing has been yielded; cancel reaches an awaited read."""
         content = encode_body(body)
         secrets = _secrets(url, headers)
         guard = _AsyncCancelGuard(cancel)
@@ -502,12 +504,16 @@ class Transport:
                     async with self._aexchange(
                         url, headers, content, model, guard, secrets
                     ) as response:
+                        feed, flush = new_decoder()
                         async for chunk in self._abody_chunks(response, guard, secrets):
-                            guard.check()
-                            if chunk:
+                            for item in feed(chunk):
+                                guard.check()
                                 yielded = True
-                                yield chunk
+                                yield item
+                        flush()
                     return
+                except SSEProtocolError as exc:
+                    raise StreamError(str(exc)) from None
                 except ProviderError as error:
                     if yielded:
                         raise
