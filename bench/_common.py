@@ -270,9 +270,10 @@ class StampingUpstream:
         raw = await reader.readexactly(int(headers.get("content-length", "0")))
         body = json.loads(raw) if raw else None
         request = RecordedRequest(method, path, headers, body, raw)
-        renderer = _StampingRenderer(MessagesRenderer(self.fake, request, self.reply))
+        reply = _within_max_tokens(self.reply, body)
+        renderer = _StampingRenderer(MessagesRenderer(self.fake, request, reply))
         if not (isinstance(body, dict) and body.get("stream")):
-            for step in self.reply.steps:
+            for step in reply.steps:
                 if isinstance(step, Pause):
                     await asyncio.sleep(step.seconds)
                 else:
@@ -291,7 +292,7 @@ class StampingUpstream:
             + f"request-id: req_{secrets.token_hex(12)}\r\n\r\n".encode()
         )
         _write_events(writer, renderer.start_events())
-        for step in self.reply.steps:
+        for step in reply.steps:
             if isinstance(step, Pause):
                 await writer.drain()
                 await asyncio.sleep(step.seconds)
@@ -302,6 +303,24 @@ class StampingUpstream:
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         return True
+
+
+def _within_max_tokens(reply: Reply, body: Any) -> Reply:
+    """The reply cut at the request's `max_tokens` (one stamped token is one token), as
+    the API does, `stop_reason` "max_tokens": a session title asks for a few words, not
+    the whole 100-token reply."""
+    limit = body.get("max_tokens") if isinstance(body, dict) else None
+    texts = sum(isinstance(step, Text) for step in reply.steps)
+    if not isinstance(limit, int) or limit >= texts:
+        return reply
+    steps: list[Step] = []
+    for step in reply.steps:
+        if isinstance(step, Text):
+            if limit == 0:
+                break
+            limit -= 1
+        steps.append(step)
+    return Reply(*steps, delay=reply.delay, stop="max_tokens")
 
 
 def _write_events(writer: asyncio.StreamWriter, events: list[Event]) -> None:
