@@ -143,14 +143,18 @@ class _TurnRun:
             )
         )
         status = Turn.Status.FAILED
+        provider: ProviderClient | None = None
         try:
             await self.emitter.emit(
                 "turn.status", status=Turn.Status.RUNNING, model=self.turn.model
             )
-            status, kind, error = await self._loop()
+            # One router for the turn and its title (building one reads and decrypts the
+            # owner's profiles and opens a connection).
+            provider = await _db(self.provider_factory)(self.session.owner_id)
+            status, kind, error = await self._loop(provider)
             await self._finish(status, kind, error)
             if status == Turn.Status.COMPLETED and not self.session.title:
-                await self._title()
+                await self._title(provider)
         except LeaseLost:
             logger.info("turn %s: lease lost, stopping", self.turn_id)
         except asyncio.CancelledError:
@@ -164,6 +168,11 @@ class _TurnRun:
             logger.exception("turn %s crashed", self.turn_id)
             await self._finish(Turn.Status.FAILED, "internal", "Something went wrong on our side.")
         finally:
+            if provider is not None:
+                try:
+                    await provider.aclose()
+                except Exception:
+                    logger.warning("closing the provider failed", exc_info=True)
             keeper.release(self.turn_id)
             unregister_local(self.turn_id)
             await self.emitter.close()
@@ -173,7 +182,7 @@ class _TurnRun:
                 except Exception:
                     logger.warning("replay buffer finish failed", exc_info=True)
 
-    async def _title(self) -> None:
+    async def _title(self, provider: ProviderClient) -> None:
         """Name a new session after its first exchange (a short model call, or the first
         words when titling by model is off or fails) and tell the open pages. The model
         call streams on this loop; only the reads and the write use the database."""
@@ -182,11 +191,7 @@ class _TurnRun:
             return
         title = ""
         if settings.AUTO_TITLE:
-            provider = await _db(self.provider_factory)(self.session.owner_id)
-            try:
-                title = await services.atitle_from_model(request, provider)
-            finally:
-                await provider.aclose()
+            title = await services.atitle_from_model(request, provider)
         title = await _db(services.session_title_save)(
             session_id=self.session.pk, title=title or request.fallback
         )
@@ -223,32 +228,28 @@ class _TurnRun:
 
     # --- the agent loop --------------------------------------------------------------
 
-    async def _loop(self) -> tuple[str, str, str]:
-        provider = await _db(self.provider_factory)(self.session.owner_id)
+    async def _loop(self, provider: ProviderClient) -> tuple[str, str, str]:
         tool_defs = self.tools.definitions()
-        try:
-            for _ in range(settings.TURN_MAX_STEPS):
-                self._check()
-                if self.cancel.cancelled:
-                    return Turn.Status.CANCELLED, "", ""
-                rows = await _db(selectors.session_messages)(session_id=self.session.pk)
-                pending = _unanswered_calls(rows, self.turn_id)
-                if pending:
-                    waiting = await self._run_tools(pending)
-                    if waiting:
-                        await self.emitter.emit("tool.approval", calls=waiting)  # type: ignore[union-attr]
-                        return Turn.Status.AWAITING_APPROVAL, "", ""
-                    continue
-                outcome = await self._model_step(provider, rows, tool_defs)
-                if outcome is not None:
-                    return outcome
-            return (
-                Turn.Status.COMPLETED,
-                "step_limit",
-                (f"Stopped after {settings.TURN_MAX_STEPS} steps; send a message to continue."),
-            )
-        finally:
-            await provider.aclose()
+        for _ in range(settings.TURN_MAX_STEPS):
+            self._check()
+            if self.cancel.cancelled:
+                return Turn.Status.CANCELLED, "", ""
+            rows = await _db(selectors.session_messages)(session_id=self.session.pk)
+            pending = _unanswered_calls(rows, self.turn_id)
+            if pending:
+                waiting = await self._run_tools(pending)
+                if waiting:
+                    await self.emitter.emit("tool.approval", calls=waiting)  # type: ignore[union-attr]
+                    return Turn.Status.AWAITING_APPROVAL, "", ""
+                continue
+            outcome = await self._model_step(provider, rows, tool_defs)
+            if outcome is not None:
+                return outcome
+        return (
+            Turn.Status.COMPLETED,
+            "step_limit",
+            (f"Stopped after {settings.TURN_MAX_STEPS} steps; send a message to continue."),
+        )
 
     async def _model_step(
         self, provider: ProviderClient, rows: list[Message], tool_defs: list[dict]
