@@ -92,6 +92,7 @@ class ClientResult:
     latencies_ms: list[float] = field(default_factory=list)
     indices: list[int] = field(default_factory=list)
     sent_at: float = 0.0
+    first_token_at: float = 0.0
     done_at: float = 0.0
 
 
@@ -117,6 +118,11 @@ class RunResult:
     @property
     def duplicated(self) -> int:
         return sum(n - 1 for c in self.clients for n in Counter(c.indices).values() if n > 1)
+
+    @property
+    def first_token_ms(self) -> list[float]:
+        """Send to first token, per turn: what pacing turn starts would cost a user."""
+        return [(c.first_token_at - c.sent_at) * 1000 for c in self.clients if c.first_token_at]
 
     @property
     def frames_per_second(self) -> float:
@@ -228,6 +234,8 @@ async def websocket_client(
             event = json.loads(raw)
             kind = event.get("type")
             if kind == "delta" and event.get("text"):
+                if not result.first_token_at:
+                    result.first_token_at = time.monotonic()
                 for index, emitted in parse_tokens(event["text"]):
                     result.indices.append(index)
                     result.latencies_ms.append((received - emitted) / 1000)
@@ -335,6 +343,7 @@ def report(results: list[RunResult]) -> bool:
         f50, f99 = percentile(r.floor_ms, 50), percentile(r.floor_ms, 99)
         daphne, worker = r.stats["daphne"], _workers_total(r.stats)
         per_turn = (worker.rss_peak - worker.rss_idle) / r.k / MIB
+        first = r.first_token_ms
         rows.append(
             [
                 r.k,
@@ -354,6 +363,8 @@ def report(results: list[RunResult]) -> bool:
                 f99,
                 f"{p50 / f50:.0f}x",
                 f"{p99 / f99:.0f}x",
+                percentile(first, 50) if first else "-",
+                percentile(first, 99) if first else "-",
             ]
         )
     print_table(
@@ -375,6 +386,8 @@ def report(results: list[RunResult]) -> bool:
             "floor p99 ms",
             "p50/floor",
             "p99/floor",
+            "first token p50 ms",
+            "first token p99 ms",
         ],
         rows,
     )

@@ -5,21 +5,38 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
-# Distributed mode: database calls of every turn in a worker share this many threads, so
-# a worker holds at most this many PostgreSQL connections however many turns it runs
-# (one connection per turn exhausted the server at ~100 concurrent turns). Few: each
-# call is short, and every extra runnable thread competes with the event loop for the
-# GIL (16 threads stalled the streams when 200 turns ended at once; bench/stream_path.py).
+from openworker.priority_pool import PriorityThreadPool
+
+# Distributed mode: database calls of every turn in a worker share a small thread pool
+# (settings.WORKER_DB_THREADS), so a worker holds at most that many PostgreSQL
+# connections however many turns it runs (one connection per turn exhausted the server
+# at ~100 concurrent turns). One by default: ORM calls are mostly Python, so a second
+# busy thread mostly competes for the GIL, and the event loop, which gives the GIL up at
+# every socket call, waits up to a switch interval (5 ms) to take it back each time (the
+# "convoy": at 200 streaming turns p99 doubled with four threads; bench/stream_path.py).
+# A database across a slow network, where calls mostly wait, may want more. Calls run
+# oldest turn first (openworker/priority_pool.py), so a burst of new turns starts
+# streaming one after another instead of all at once.
 # Embedded mode keeps Django's single sync thread: SQLite wants one writer.
-DB_THREADS = 4
-_DB_POOL = ThreadPoolExecutor(max_workers=DB_THREADS, thread_name_prefix="turn-db")
+# Lease heartbeats get a thread of their own: queued behind a burst of turn starts on the
+# shared pool, a late beat would let the sweeper take live turns for dead ones.
+_POOLS: dict[str, PriorityThreadPool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _db_pool(name: str) -> PriorityThreadPool:
+    with _POOLS_LOCK:
+        pool = _POOLS.get(name)
+        if pool is None:
+            threads = settings.WORKER_DB_THREADS if name == "turn-db" else 1
+            pool = _POOLS[name] = PriorityThreadPool(threads, thread_name_prefix=name)
+        return pool
 
 
 # How often a pooled thread re-checks its connection (CONN_MAX_AGE, and with health
@@ -44,7 +61,9 @@ def _pooled(fn: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-def db(fn: Callable[..., Any]) -> Callable[..., Any]:
+def db(fn: Callable[..., Any], *, pool: str = "turn-db") -> Callable[..., Any]:
+    """`fn` as a coroutine function run on the worker's database threads (`pool`:
+    "turn-db", or "lease-db" for heartbeats), or Django's sync thread when embedded."""
     if settings.DISTRIBUTED:
-        return sync_to_async(_pooled(fn), thread_sensitive=False, executor=_DB_POOL)
+        return sync_to_async(_pooled(fn), thread_sensitive=False, executor=_db_pool(pool))
     return sync_to_async(fn, thread_sensitive=True)

@@ -34,6 +34,7 @@ from openworker.compactor import maybe_compact
 from openworker.dbcall import db as _db
 from openworker.degradation import degradation_note
 from openworker.leases import Lease, lease_keeper
+from openworker.priority_pool import call_priority, next_arrival
 from openworker.replay import get_replay_buffer
 from openworker.runner import register_local, unregister_local
 from openworker.streaming import TurnEmitter
@@ -56,8 +57,11 @@ class LeaseLost(Exception):
     """The turn is no longer ours (swept as interrupted, or stopped and finished)."""
 
 
+_HOSTNAME = socket.gethostname()
+
+
 def worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return f"{_HOSTNAME}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 @dataclass
@@ -87,6 +91,8 @@ async def run_turn(
     """Run one turn to a terminal state (or to awaiting approval). Safe to call twice:
     only the caller that claims the queued turn runs it."""
     me = worker_id()
+    # Every database call of this turn queues by the turn's arrival (priority_pool).
+    call_priority.set(next_arrival())
     turn = await _db(services.turn_claim)(turn_id=turn_id, worker=me)
     if turn is None:
         logger.info("turn %s not claimable (already running or finished)", turn_id)
@@ -114,6 +120,13 @@ class _TurnRun:
         self.lease_lost = False
         self.noted = False
         self.emitter: TurnEmitter | None = None
+        # The status the last step's commit already wrote (it finishes a completed turn
+        # in the same transaction as its message), and the messages a title is made of.
+        self.committed_status: str | None = None
+        self.exchange: list[Message] = []
+        self.totals = services.StepTotals(
+            usage=dict(turn.usage or {}) or None, steps=turn.steps, cost=turn.cost
+        )
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -185,8 +198,9 @@ class _TurnRun:
     async def _title(self, provider: ProviderClient) -> None:
         """Name a new session after its first exchange (a short model call, or the first
         words when titling by model is off or fails) and tell the open pages. The model
-        call streams on this loop; only the reads and the write use the database."""
-        request = await _db(services.title_request)(session_id=self.session.pk)
+        call streams on this loop; the exchange is the one in memory, so only the write uses
+        the database."""
+        request = services.title_request_for(self.session, self.exchange)
         if request is None:
             return
         title = ""
@@ -200,6 +214,9 @@ class _TurnRun:
 
     async def _finish(self, status: str, kind: str = "", error: str = "") -> None:
         assert self.emitter is not None
+        if status == self.committed_status and not kind and not error:
+            await self.emitter.emit("turn.status", status=status)
+            return
         done = await _db(services.turn_finish)(
             turn_id=self.turn_id,
             worker=self.me,
@@ -306,9 +323,12 @@ class _TurnRun:
         if result is None or self.cancel.cancelled:
             await self._persist_partial(step_key)
             return Turn.Status.CANCELLED, "", ""
-        await self._persist_assistant(result, step_key, provider)
+        final = not result.tool_calls
+        await self._persist_assistant(
+            result, step_key, provider, rows, finish=Turn.Status.COMPLETED if final else None
+        )
         self.progress.reset()
-        if not result.tool_calls:
+        if final:
             return Turn.Status.COMPLETED, "", ""
         return None
 
@@ -357,25 +377,44 @@ class _TurnRun:
         await self.emitter.emit("message", message=selectors.message_payload(message))  # type: ignore[union-attr]
 
     async def _persist_assistant(
-        self, result: AssistantTurn, step_key: str, provider: ProviderClient
+        self,
+        result: AssistantTurn,
+        step_key: str,
+        provider: ProviderClient,
+        rows: list[Message],
+        finish: str | None,
     ) -> None:
+        """Commit the model call (message, usage, and with `finish` the turn's status) in
+        one transaction, then tell the sockets."""
         usage = result.usage.to_dict() if result.usage else None
         cost = _cost(provider, self.turn.model, result.usage)
-        message = await _db(services.message_append)(
-            session_id=self.session.pk,
-            turn_id=self.turn_id,
-            role="assistant",
-            content=result.text or "",
-            tool_calls=[_call_dict(call) for call in result.tool_calls] or None,
-            reasoning=result.reasoning or "",
-            extras=result.extras or None,
-            usage=usage,
-            model=self.turn.model,
-            finish_reason=result.finish_reason or "",
-            dedupe_key=step_key,
+        totals = services.StepTotals(
+            usage=services.usage_add(self.totals.usage, usage) or None,
+            steps=self.totals.steps + 1,
+            cost=(self.totals.cost or 0) + cost if cost is not None else self.totals.cost,
         )
-        await _db(services.turn_step_done)(turn_id=self.turn_id, usage=usage, cost=cost)
-        await self.emitter.emit("message", message=selectors.message_payload(message))  # type: ignore[union-attr]
+        saved = await _db(services.turn_step_commit)(
+            turn_id=self.turn_id,
+            worker=self.me,
+            session_id=self.session.pk,
+            message={
+                "content": result.text or "",
+                "tool_calls": [_call_dict(call) for call in result.tool_calls] or None,
+                "reasoning": result.reasoning or "",
+                "extras": result.extras or None,
+                "usage": usage,
+                "model": self.turn.model,
+                "finish_reason": result.finish_reason or "",
+            },
+            dedupe_key=step_key,
+            totals=totals,
+            context_tokens=services.context_tokens_of(usage),
+            finish=finish,
+        )
+        if saved.counted:
+            self.totals = totals
+        self.exchange = [*rows, saved.message]
+        await self.emitter.emit("message", message=selectors.message_payload(saved.message))  # type: ignore[union-attr]
         if result.usage is not None:
             await self.emitter.emit(  # type: ignore[union-attr]
                 "usage",
@@ -383,6 +422,9 @@ class _TurnRun:
                 context_tokens=result.usage.context_tokens,
                 cost=str(cost) if cost is not None else None,
             )
+        if not saved.ours:
+            raise LeaseLost
+        self.committed_status = finish
 
     # --- tools -------------------------------------------------------------------------
 

@@ -78,7 +78,7 @@ class LeaseKeeper:
             )
             lease.sent = partials
         try:
-            replies = await db(services.turns_heartbeat)(beats=beats)
+            replies = await db(services.turns_heartbeat, pool="lease-db")(beats=beats)
         except BaseException:
             for lease in leases:
                 lease.sent = None  # not written: send it again next time

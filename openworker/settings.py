@@ -232,6 +232,8 @@ MAX_ATTACHMENT_BYTES = envint("MAX_ATTACHMENT_BYTES", 20 * 1024 * 1024, minimum=
 MAX_ATTACHMENTS_PER_MESSAGE = envint("MAX_ATTACHMENTS_PER_MESSAGE", 10, minimum=1)
 # Deltas are coalesced into one socket frame per this many seconds (not one per token).
 STREAM_COALESCE_SECONDS = envfloat("STREAM_COALESCE_SECONDS", 0.04)
+# Threads a worker process's turns share for their database calls (openworker/dbcall.py).
+WORKER_DB_THREADS = envint("OPENWORKER_DB_THREADS", 1, minimum=1)
 
 # --- Provider layer -------------------------------------------------------------------
 # OPENWORKER_OUTBOUND_ALLOWLIST is read by providers.outbound.OutboundPolicy.from_env.

@@ -345,7 +345,10 @@ class AsyncGuardedTransport(httpx.AsyncHTTPTransport):
         )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        target = await asyncio.to_thread(self._policy.check_url, request.url)
+        if _literal_address(request.url.raw_host.decode("ascii").lower()) is not None:
+            target = self._policy.check_url(request.url)  # an address: no lookup to wait for
+        else:
+            target = await asyncio.to_thread(self._policy.check_url, request.url)
         last_error: httpx.ConnectError | None = None
         for pinned in _pinned_requests(request, target):
             try:

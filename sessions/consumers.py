@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.layers import get_channel_layer
 
 from openworker.replay import get_replay_buffer
 from sessions import events, selectors, services
@@ -44,6 +48,17 @@ SETTLED = {"completed", "failed", "cancelled", "interrupted", "awaiting_approval
 
 
 class SessionConsumer(AsyncJsonWebsocketConsumer):
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Channels' `AsyncConsumer.__call__`, with `_dispatch_each` in place of its
+        `await_many_dispatch` (which costs an `asyncio.wait` and a new task per message)."""
+        self.scope = scope
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        self.channel_name = await self.channel_layer.new_channel()
+        self.channel_receive = functools.partial(self.channel_layer.receive, self.channel_name)
+        self.base_send = send
+        with contextlib.suppress(StopConsumer):
+            await _dispatch_each([receive, self.channel_receive], self.dispatch)
+
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
@@ -284,6 +299,37 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
                 active = await database_sync_to_async(_active_turn_ids)(self.session)
                 for turn_id in active - self.tracking.keys():
                     self._track(turn_id)
+
+
+async def _dispatch_each(
+    sources: list[Callable[[], Awaitable[Any]]], dispatch: Callable[[Any], Awaitable[None]]
+) -> None:
+    """Dispatch every message of every source, one handler at a time (as Channels does),
+    until a handler stops the consumer or fails.
+
+    One long-lived reader per source: a message already queued is taken without
+    suspending, where `await_many_dispatch` waits on all sources and starts a new task
+    for each message. At hundreds of streaming sockets that machinery was the largest
+    share of the Daphne process's CPU per frame (bench/stream_path.py)."""
+    turn = asyncio.Lock()
+
+    async def pump(source: Callable[[], Awaitable[Any]]) -> None:
+        while True:
+            message = await source()
+            async with turn:
+                await dispatch(message)
+
+    readers = [asyncio.ensure_future(pump(source)) for source in sources]
+    try:
+        done, _ = await asyncio.wait(readers, return_when=asyncio.FIRST_COMPLETED)
+        for reader in done:
+            reader.result()  # StopConsumer, or a handler's error, goes to the caller
+    finally:
+        for reader in readers:
+            reader.cancel()
+        for reader in readers:
+            with contextlib.suppress(asyncio.CancelledError, StopConsumer, Exception):
+                await reader
 
 
 def _active_turn_states(session: Any) -> list[dict[str, Any]]:

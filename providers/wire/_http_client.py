@@ -12,6 +12,8 @@ only its hooks (`_prepare`, `_parse`, `_stream_parser`, and where its API differ
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from abc import abstractmethod
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, NoReturn, Protocol
@@ -52,6 +54,22 @@ def close_iterator(events: Iterable[Any]) -> None:
     close = getattr(events, "close", None)
     if close is not None:
         close()
+
+
+# After a reply's terminal event, read this long for the end of the body, so that the
+# connection goes back to the pool: a new session's title and a tool turn's next call
+# then reuse it instead of opening another (another TCP, and TLS, handshake). A server
+# that keeps the body open past it is closed on, as before.
+DRAIN_SECONDS = 0.05
+
+
+async def drain_iterator(events: AsyncIterable[Any]) -> None:
+    """Read what is left of `events` (its end, normally) for at most DRAIN_SECONDS; the
+    reply is complete already, so nothing read or raised here matters."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for _ in events:
+                pass
 
 
 async def aclose_iterator(events: AsyncIterable[Any]) -> None:
@@ -225,6 +243,7 @@ class HttpProviderClient(ProviderClient):
                 for chunk in parser.feed(event):
                     yield chunk
                 if stop_when_done and getattr(parser, "done", False):
+                    await drain_iterator(events)
                     break
         except errors.ProviderError as exc:
             keep_partial(exc, parser.partial_turn())
