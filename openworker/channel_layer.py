@@ -65,7 +65,7 @@ class _LoopLayer:
         # publishes in one order but tripled the streaming path's latency at 200 turns (one
         # pipeline in flight for both). A socket that sees a publish overtake an earlier
         # append waits for the buffer instead (`SessionConsumer._fill_gap`).
-        self.batcher = CommandBatcher(self.redis)
+        self.batcher = CommandBatcher(layer.url)
         self.pubsub: Any = None
         self.reader: asyncio.Task[None] | None = None
         # Local channel name → its queue; Redis channel → local channels listening to it.
@@ -157,6 +157,8 @@ class _LoopLayer:
             with contextlib.suppress(Exception):
                 await self.pubsub.aclose()
             self.pubsub = None
+        with contextlib.suppress(Exception):
+            await self.batcher.aclose()
         with contextlib.suppress(Exception):
             await self.redis.aclose()
         self.queues.clear()

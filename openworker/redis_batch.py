@@ -9,25 +9,137 @@ waits for a timer, and under load each round trip carries the whole backlog.
 Commands keep the order they were queued in, within a batch and across batches (one
 pipeline at a time per batcher). Two batchers (the replay buffer's and the channel
 layer's) run side by side, on their own connections, with no order between them.
+
+A batch is written with one `write` and its replies parsed by hiredis as they arrive
+(`RespPipe`): redis-py's pipeline built objects and awaited a reader per command, the
+largest Redis cost of a streaming worker (cProfile of bench/stream_path.py). Replies are
+Redis's own values (bytes, ints, lists; an error reply is a `ResponseError`), without
+redis-py's per-command conversions. Reads that want those use `client_for(url)`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import types
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
+
+import hiredis
+from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection, parse_url
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import DataError, ResponseError
 
 # Bound one pipeline: a burst after a stall goes out in several round trips rather than
 # one huge reply buffer.
 MAX_BATCH = 512
+READ_BYTES = 64 * 1024
+CONNECT_TIMEOUT_SECONDS = 10.0
+
+
+def pack(args: Sequence[Any]) -> bytes:
+    """One command in RESP: an array of bulk strings (str as UTF-8, ints and floats as
+    their text, as redis-py encodes them)."""
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        if isinstance(arg, bytes):
+            data = arg
+        elif isinstance(arg, str):
+            data = arg.encode()
+        elif isinstance(arg, int | float) and not isinstance(arg, bool):
+            data = repr(arg).encode()
+        else:
+            raise DataError(f"cannot send {type(arg).__name__} to Redis")
+        parts.append(b"$%d\r\n%b\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+class RespPipe:
+    """One Redis connection for batches of commands: written at once, replies parsed by
+    hiredis. Connects on first use (AUTH and SELECT from the URL, as redis-py reads it);
+    any failure drops the connection (a half-read reply stream cannot be resumed) and the
+    next batch connects again."""
+
+    def __init__(self, url: str) -> None:
+        options = parse_url(url)
+        self.path: str | None = options.get("path")
+        self.host = options.get("host") or "localhost"
+        self.port = int(options.get("port") or 6379)
+        self.tls = options.get("connection_class") is SSLConnection
+        if options.get("connection_class") not in (None, SSLConnection, UnixDomainSocketConnection):
+            raise ValueError(f"unsupported Redis URL scheme: {url.split(':', 1)[0]}")
+        self.setup: list[tuple[Any, ...]] = []
+        if options.get("password"):
+            credentials = (options.get("username"), options["password"])
+            self.setup.append(("AUTH", *[c for c in credentials if c]))
+        if options.get("db"):
+            self.setup.append(("SELECT", int(options["db"])))
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._parser: Any = None
+
+    async def execute(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Every command's reply, in order (error replies as `ResponseError` values);
+        `RedisConnectionError` when the connection fails."""
+        payload = b"".join(pack(command) for command in commands)  # DataError: nothing sent
+        try:
+            if self._writer is None:
+                await self._connect()
+            return await self._exchange(payload, len(commands))
+        except BaseException as exc:
+            self._drop()
+            if isinstance(exc, OSError | EOFError):
+                raise RedisConnectionError(f"Redis connection failed: {exc}") from exc
+            raise
+
+    async def _connect(self) -> None:
+        async with asyncio.timeout(CONNECT_TIMEOUT_SECONDS):
+            if self.path is not None:
+                reader, writer = await asyncio.open_unix_connection(self.path)
+            else:
+                context = ssl.create_default_context() if self.tls else None
+                reader, writer = await asyncio.open_connection(self.host, self.port, ssl=context)
+        self._reader, self._writer = reader, writer
+        self._parser = hiredis.Reader(replyError=ResponseError)
+        if self.setup:
+            for reply in await self._exchange(b"".join(map(pack, self.setup)), len(self.setup)):
+                if isinstance(reply, ResponseError):
+                    raise RedisConnectionError(f"Redis refused the connection setup: {reply}")
+
+    async def _exchange(self, payload: bytes, count: int) -> list[Any]:
+        assert self._reader is not None and self._writer is not None
+        self._writer.write(payload)
+        replies: list[Any] = []
+        parser = self._parser
+        while len(replies) < count:
+            reply = parser.gets()
+            if reply is False:
+                data = await self._reader.read(READ_BYTES)
+                if not data:
+                    raise EOFError("Redis closed the connection")
+                parser.feed(data)
+            else:
+                replies.append(reply)
+        return replies
+
+    def _drop(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = self._parser = None
+
+    async def aclose(self) -> None:
+        writer = self._writer
+        self._drop()
+        if writer is not None:
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
 
 
 class CommandBatcher:
-    def __init__(self, client: Any) -> None:
-        self.client = client
+    def __init__(self, url: str) -> None:
+        self.pipe = RespPipe(url)
         self._pending: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
         self._drain_task: asyncio.Task[None] | None = None
 
@@ -54,17 +166,14 @@ class CommandBatcher:
             self._drain_task = None
 
     async def _send(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
-        pipe = self.client.pipeline(transaction=False)
-        for args, _ in batch:
-            pipe.execute_command(*args)
         try:
-            replies = await pipe.execute(raise_on_error=False)
+            replies = await self.pipe.execute([args for args, _ in batch])
         except asyncio.CancelledError:
             for _, future in batch:
                 if not future.done():
                     future.cancel()
             raise
-        except Exception as exc:  # connection lost: every command of the batch failed
+        except Exception as exc:  # connection lost (or a bad argument): the batch failed
             for _, future in batch:
                 if not future.done():
                     future.set_exception(exc)
@@ -77,33 +186,46 @@ class CommandBatcher:
             else:
                 future.set_result(reply)
 
+    async def aclose(self) -> None:
+        await self.pipe.aclose()
 
-_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, CommandBatcher]] = (
+
+_per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], Any]] = (
     weakref.WeakKeyDictionary()
 )
 
 
+def _loop_cached(kind: str, url: str, make: Callable[[], Any]) -> Any:
+    """One `kind` of connection per event loop and URL (asyncio connections must not
+    cross loops); they close with the loop."""
+    loop = asyncio.get_running_loop()
+    cache = _per_loop.get(loop)
+    if cache is None:
+        cache = _per_loop[loop] = {}
+        on_loop_close(loop, lambda: _close_all(cache))
+    made = cache.get((kind, url))
+    if made is None:
+        made = cache[(kind, url)] = make()
+    return made
+
+
 def batcher_for(url: str) -> CommandBatcher:
-    """This event loop's batcher for `url` (an asyncio connection must not cross loops);
-    its connections close with the loop."""
+    """This event loop's batcher for `url`."""
+    return _loop_cached("batcher", url, lambda: CommandBatcher(url))
+
+
+def client_for(url: str) -> Any:
+    """This event loop's redis-py client for `url` (reads, with redis-py's replies)."""
     import redis.asyncio as aioredis
 
-    loop = asyncio.get_running_loop()
-    per_loop = _clients.get(loop)
-    if per_loop is None:
-        per_loop = _clients[loop] = {}
-        on_loop_close(loop, lambda: _close_all(per_loop))
-    batcher = per_loop.get(url)
-    if batcher is None:
-        batcher = per_loop[url] = CommandBatcher(aioredis.Redis.from_url(url))
-    return batcher
+    return _loop_cached("client", url, lambda: aioredis.Redis.from_url(url))
 
 
-async def _close_all(per_loop: dict[str, CommandBatcher]) -> None:
-    for batcher in per_loop.values():
+async def _close_all(cache: dict[tuple[str, str], Any]) -> None:
+    for made in cache.values():
         with contextlib.suppress(Exception):
-            await batcher.client.aclose()
-    per_loop.clear()
+            await made.aclose()
+    cache.clear()
 
 
 def on_loop_close(loop: asyncio.AbstractEventLoop, cleanup: Callable[[], Awaitable[Any]]) -> None:

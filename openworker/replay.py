@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
-from openworker.redis_batch import batcher_for
+from openworker.redis_batch import batcher_for, client_for
 
 # Long enough for a user to come back to a tab after the turn ended; the transcript
 # takes over after that.
@@ -92,7 +92,7 @@ class RedisReplayBuffer:
         self.prefix = prefix
 
     def _client(self) -> Any:
-        return batcher_for(self.url).client
+        return client_for(self.url)
 
     def _key(self, turn_id: str) -> str:
         return f"{self.prefix}:turn:{turn_id}:events"

@@ -1,11 +1,12 @@
 """`openworker.redis_batch`: Redis commands queued while a pipeline is in flight go out
 together in the next one, in the order they were queued, and each caller learns its own
-command's outcome. Against the real Redis of the distributed phase (keys under a prefix
-each test owns, deleted afterwards)."""
+command's outcome (Redis's own reply values). Against the real Redis of the distributed
+phase (keys under a prefix each test owns, deleted afterwards)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
 import uuid
@@ -15,34 +16,26 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from django.conf import settings
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import DataError, ResponseError
 
-from openworker.redis_batch import CommandBatcher, batcher_for
+from openworker.redis_batch import CommandBatcher, batcher_for, pack
 
 pytestmark = [pytest.mark.distributed, pytest.mark.usefixtures("require_distributed")]
 
 
-class RecordingClient:
-    """A real asyncio Redis client whose pipelines note the commands each round trip
-    carried (one `execute` of a non-transactional pipeline is one round trip)."""
+def recording(batcher: CommandBatcher) -> list[list[tuple[Any, ...]]]:
+    """The commands each of `batcher`'s round trips carried (one `execute` of its pipe is
+    one write and the read of its replies)."""
+    round_trips: list[list[tuple[Any, ...]]] = []
+    execute = batcher.pipe.execute
 
-    def __init__(self, client: Any) -> None:
-        self.client = client
-        self.round_trips: list[list[tuple[Any, ...]]] = []
+    async def recorded(commands: Any) -> Any:
+        round_trips.append([tuple(command) for command in commands])
+        return await execute(commands)
 
-    def pipeline(self, transaction: bool = True) -> Any:
-        pipe = self.client.pipeline(transaction=transaction)
-        execute = pipe.execute
-
-        async def recorded(*args: Any, **kwargs: Any) -> Any:
-            self.round_trips.append([command for command, _ in pipe.command_stack])
-            return await execute(*args, **kwargs)
-
-        pipe.execute = recorded
-        return pipe
+    batcher.pipe.execute = recorded  # type: ignore[method-assign]
+    return round_trips
 
 
 @pytest.fixture
@@ -57,16 +50,16 @@ async def prefix() -> AsyncIterator[str]:
 
 
 @pytest.fixture
-async def recording() -> AsyncIterator[RecordingClient]:
-    client = aioredis.Redis.from_url(settings.REDIS_URL)
-    yield RecordingClient(client)
-    await client.aclose()
+async def batcher() -> AsyncIterator[CommandBatcher]:
+    made = CommandBatcher(settings.REDIS_URL)
+    yield made
+    await made.aclose()
 
 
 async def test_concurrent_submits_share_round_trips_and_keep_their_order(
-    recording: RecordingClient, prefix: str
+    batcher: CommandBatcher, prefix: str
 ) -> None:
-    batcher = CommandBatcher(recording)
+    round_trips = recording(batcher)
     key = f"{prefix}:list"
 
     # 100 callers on their own tasks, all queueing before the first round trip starts.
@@ -75,25 +68,25 @@ async def test_concurrent_submits_share_round_trips_and_keep_their_order(
 
     replies = await asyncio.gather(*(push(i) for i in range(100)))
     assert replies == list(range(1, 101))  # each caller got its own reply
-    assert len(recording.round_trips) < 100
-    assert [int(c[2]) for trip in recording.round_trips for c in trip] == list(range(100))
+    assert len(round_trips) < 100
+    assert [int(c[2]) for trip in round_trips for c in trip] == list(range(100))
 
     # Commands queued while a round trip is in flight ride together in the next one.
-    before = len(recording.round_trips)
+    before = len(round_trips)
     first = [batcher.submit("RPUSH", key, i) for i in range(100, 110)]
     await asyncio.sleep(0)  # the drain task takes those ten and starts their round trip
     second = [batcher.submit("RPUSH", key, i) for i in range(110, 130)]
     assert await asyncio.gather(*first, *second) == list(range(101, 131))
-    assert [len(trip) for trip in recording.round_trips[before:]] == [10, 20]
+    assert [len(trip) for trip in round_trips[before:]] == [10, 20]
 
-    stored = await recording.client.lrange(key, 0, -1)
+    stored = await batcher.call("LRANGE", key, 0, -1)
     assert [int(value) for value in stored] == list(range(130))
 
 
 async def test_an_error_reply_fails_only_its_own_command(
-    recording: RecordingClient, prefix: str
+    batcher: CommandBatcher, prefix: str
 ) -> None:
-    batcher = CommandBatcher(recording)
+    round_trips = recording(batcher)
     word, counter = f"{prefix}:word", f"{prefix}:counter"
     futures = [
         batcher.submit("SET", word, "not a number"),
@@ -104,8 +97,8 @@ async def test_an_error_reply_fails_only_its_own_command(
     ]
     results = await asyncio.gather(*futures, return_exceptions=True)
 
-    assert len(recording.round_trips) == 1  # the errors were inside one pipeline
-    assert results[0] is True
+    assert len(round_trips) == 1  # the errors were inside one pipeline
+    assert results[0] == b"OK"
     assert isinstance(results[1], ResponseError)
     assert results[2] == 1
     assert isinstance(results[3], ResponseError)
@@ -121,24 +114,58 @@ def closed_port() -> int:
 
 
 async def test_a_dead_server_fails_every_command_of_the_batch_with_a_connection_error() -> None:
-    # Nothing listens on the port: connecting is refused (one retry, no backoff wait).
-    client = aioredis.Redis.from_url(
-        f"redis://127.0.0.1:{closed_port()}/0", retry=Retry(NoBackoff(), 1)
-    )
-    recording = RecordingClient(client)
-    batcher = CommandBatcher(recording)
-    try:
-        futures = [batcher.submit("SET", f"dead:{i}", i) for i in range(5)]
-        results = await asyncio.gather(*futures, return_exceptions=True)
-        assert len(recording.round_trips) == 1
-        assert all(isinstance(result, RedisConnectionError) for result in results), results
+    # Nothing listens on the port: connecting is refused.
+    batcher = CommandBatcher(f"redis://127.0.0.1:{closed_port()}/0")
+    round_trips = recording(batcher)
+    futures = [batcher.submit("SET", f"dead:{i}", i) for i in range(5)]
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    assert len(round_trips) == 1
+    assert all(isinstance(result, RedisConnectionError) for result in results), results
 
-        # Not wedged: a later command gets its own (failed) round trip, not a hang.
-        with pytest.raises(RedisConnectionError):
-            await batcher.call("PING")
-        assert len(recording.round_trips) == 2
+    # Not wedged: a later command gets its own (failed) round trip, not a hang.
+    with pytest.raises(RedisConnectionError):
+        await batcher.call("PING")
+    assert len(round_trips) == 2
+
+
+async def test_a_connection_lost_between_batches_is_made_again(batcher: CommandBatcher) -> None:
+    assert await batcher.call("PING") == b"PONG"
+    assert batcher.pipe._writer is not None
+    batcher.pipe._writer.transport.abort()  # as if Redis restarted
+    with contextlib.suppress(RedisConnectionError):
+        await batcher.call("PING")  # may fail: it was in flight on the dead connection
+    assert await batcher.call("PING") == b"PONG"
+
+
+async def test_the_url_selects_the_database(prefix: str) -> None:
+    base = settings.REDIS_URL.rsplit("/", 1)[0]
+    one, two = CommandBatcher(f"{base}/1"), CommandBatcher(f"{base}/2")
+    key = f"{prefix}:db"
+    try:
+        await one.call("SET", key, "in one")
+        assert await one.call("GET", key) == b"in one"
+        assert await two.call("GET", key) is None
     finally:
-        await client.aclose()
+        await one.call("DEL", key)
+        await one.aclose()
+        await two.aclose()
+
+
+def test_commands_are_packed_as_resp_bulk_strings() -> None:
+    assert pack(("SET", b"k", 3, 1.5)) == b"*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\n3\r\n$3\r\n1.5\r\n"
+    with pytest.raises(DataError):
+        pack(("SET", "k", None))
+    with pytest.raises(DataError):
+        pack(("SET", "k", True))
+
+
+async def test_a_bad_argument_fails_its_batch_without_touching_the_connection(
+    batcher: CommandBatcher,
+) -> None:
+    assert await batcher.call("PING") == b"PONG"
+    with pytest.raises(DataError):
+        await batcher.call("SET", "k", object())
+    assert await batcher.call("PING") == b"PONG"
 
 
 async def test_batcher_for_gives_one_batcher_per_event_loop_and_url() -> None:
@@ -147,20 +174,20 @@ async def test_batcher_for_gives_one_batcher_per_event_loop_and_url() -> None:
     here = batcher_for(url)
     assert batcher_for(url) is here
     assert batcher_for(other_url) is not here
-    assert await here.call("PING") is True
+    assert await here.call("PING") == b"PONG"
 
     elsewhere: list[tuple[CommandBatcher, Any]] = []
 
     async def on_another_loop() -> None:
         batcher = batcher_for(url)
         elsewhere.append((batcher, await batcher.call("PING")))
-        await batcher.client.aclose()
+        await batcher.aclose()
 
     thread = threading.Thread(target=lambda: asyncio.run(on_another_loop()))
     thread.start()
     thread.join(timeout=30)
     [(there, pong)] = elsewhere
     assert there is not here
-    assert pong is True
-    await here.client.aclose()
-    await batcher_for(other_url).client.aclose()
+    assert pong == b"PONG"
+    await here.aclose()
+    await batcher_for(other_url).aclose()

@@ -322,7 +322,7 @@ async def test_the_buffer_ttl_is_renewed_on_status_events_and_every_so_many_delt
 
 async def close_clients(buffer: RedisReplayBuffer) -> None:
     """Close the test loop's Redis clients the buffer made (the loop ends with the test)."""
-    await batcher_for(settings.REDIS_URL).client.aclose()
+    await batcher_for(settings.REDIS_URL).aclose()
     await buffer._client().aclose()
 
 
