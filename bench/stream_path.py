@@ -14,7 +14,8 @@ Run from the repository root (PostgreSQL on 127.0.0.1:5432 as `postgres`, Redis 
 
 Each token's added latency is the client's receive time minus the upstream's emit time
 (same machine clock). The floor is the same upstream read by K concurrent httpx streams
-directly, without Daphne, Redis or the worker. Prints one table; the target is the
+directly, without Daphne, Redis or the worker. Each turn's time to first token (send to
+first delta on its socket) is printed too. Prints one table; the target is the
 largest K: p99 added latency <= 50 ms and no token lost. Exits non-zero on a MISS.
 Stops every process it started, on success, error or Ctrl-C. About two minutes.
 """
