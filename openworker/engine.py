@@ -214,8 +214,10 @@ class _TurnRun:
 
     async def _finish(self, status: str, kind: str = "", error: str = "") -> None:
         assert self.emitter is not None
-        if status == self.committed_status and not kind and not error:
-            await self.emitter.emit("turn.status", status=status)
+        if self.committed_status is not None:
+            # The last model call's commit ended the turn; whatever happened after it
+            # (even a crash, or a shutdown), that is the turn's status.
+            await self.emitter.emit("turn.status", status=self.committed_status)
             return
         done = await _db(services.turn_finish)(
             turn_id=self.turn_id,
@@ -413,6 +415,8 @@ class _TurnRun:
         )
         if saved.counted:
             self.totals = totals
+        if saved.ours:
+            self.committed_status = finish
         self.exchange = [*rows, saved.message]
         await self.emitter.emit("message", message=selectors.message_payload(saved.message))  # type: ignore[union-attr]
         if result.usage is not None:
@@ -424,7 +428,6 @@ class _TurnRun:
             )
         if not saved.ours:
             raise LeaseLost
-        self.committed_status = finish
 
     # --- tools -------------------------------------------------------------------------
 

@@ -321,3 +321,30 @@ async def test_a_dropped_final_event_is_recovered_from_the_replay_buffer(owner, 
     assert events_seen[-1]["status"] == "completed"
     assert any(e["type"] == "message" for e in events_seen)
     assert_gapless(events_seen)
+
+
+async def test_a_failure_after_the_last_commit_keeps_the_turn_completed(owner, fake, monkeypatch):
+    """The last model call's transaction ends the turn; if publishing its message fails
+    afterwards, the turn stays completed and the sockets are told so."""
+    from openworker import engine
+
+    real = engine.selectors.message_payload
+
+    def payload(message):
+        if message.role == "assistant":
+            raise RuntimeError("publishing broke")
+        return real(message)
+
+    monkeypatch.setattr(engine.selectors, "message_payload", payload)
+    fake.push(Reply(text("All done."), usage(input=10, output=3)))
+    session = await make_session(owner, fake)
+    ws = await open_socket(owner, session)
+    await ws.send_json_to({"type": "send", "text": "Finish, please."})
+    events = await read_until_status(ws)
+    await ws.disconnect()
+
+    assert events[-1]["status"] == "completed"
+    turn = await Turn.objects.aget(session=session)
+    assert (turn.status, turn.steps, turn.error_kind) == ("completed", 1, "")
+    reply = await Message.objects.aget(session=session, role="assistant")
+    assert reply.content == "All done."
