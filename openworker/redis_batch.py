@@ -56,6 +56,17 @@ def pack(args: Sequence[Any]) -> bytes:
     return b"".join(parts)
 
 
+def _tls_context(options: dict[str, Any]) -> ssl.SSLContext:
+    """`rediss://` as redis-py reads it: verified against the system's CAs (or
+    `ssl_ca_certs`), unless `ssl_cert_reqs=none` (or `optional`) says otherwise."""
+    context = ssl.create_default_context(cafile=options.get("ssl_ca_certs"))
+    requirement = str(options.get("ssl_cert_reqs") or "required").lower()
+    if requirement in ("none", "optional"):
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE if requirement == "none" else ssl.CERT_OPTIONAL
+    return context
+
+
 class RespPipe:
     """One Redis connection for batches of commands: written at once, replies parsed by
     hiredis. Connects on first use (AUTH and SELECT from the URL, as redis-py reads it);
@@ -67,7 +78,9 @@ class RespPipe:
         self.path: str | None = options.get("path")
         self.host = options.get("host") or "localhost"
         self.port = int(options.get("port") or 6379)
-        self.tls = options.get("connection_class") is SSLConnection
+        self.tls = (
+            _tls_context(options) if options.get("connection_class") is SSLConnection else None
+        )
         if options.get("connection_class") not in (None, SSLConnection, UnixDomainSocketConnection):
             raise ValueError(f"unsupported Redis URL scheme: {url.split(':', 1)[0]}")
         self.setup: list[tuple[Any, ...]] = []
@@ -99,8 +112,7 @@ class RespPipe:
             if self.path is not None:
                 reader, writer = await asyncio.open_unix_connection(self.path)
             else:
-                context = ssl.create_default_context() if self.tls else None
-                reader, writer = await asyncio.open_connection(self.host, self.port, ssl=context)
+                reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self.tls)
         self._reader, self._writer = reader, writer
         self._parser = hiredis.Reader(replyError=ResponseError)
         if self.setup:

@@ -151,6 +151,22 @@ async def test_the_url_selects_the_database(prefix: str) -> None:
         await two.aclose()
 
 
+def test_a_tls_url_is_read_as_redis_py_reads_it() -> None:
+    import ssl
+
+    from openworker.redis_batch import RespPipe
+
+    verified = RespPipe("rediss://:secret@cache.internal:6380/3")
+    assert (verified.host, verified.port) == ("cache.internal", 6380)
+    assert verified.tls is not None and verified.tls.verify_mode == ssl.CERT_REQUIRED
+    assert verified.setup == [("AUTH", "secret"), ("SELECT", 3)]
+    lenient = RespPipe("rediss://cache.internal/0?ssl_cert_reqs=none")
+    assert lenient.tls is not None and lenient.tls.verify_mode == ssl.CERT_NONE
+    assert lenient.setup == []
+    assert RespPipe("redis://u:p@h:1/0").tls is None
+    assert RespPipe("redis://u:p@h:1/0").setup == [("AUTH", "u", "p")]
+
+
 def test_commands_are_packed_as_resp_bulk_strings() -> None:
     assert pack(("SET", b"k", 3, 1.5)) == b"*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\n3\r\n$3\r\n1.5\r\n"
     with pytest.raises(DataError):
