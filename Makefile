@@ -40,6 +40,7 @@ run: migrate
 lint: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 format: install-dev
 	$(VENV)/bin/ruff check --fix .

@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from openworker.compaction import (
+from openworker.runtime.agent.compaction import (
     CompactionState,
     apply_to_outbound,
     compact,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from openworker.compaction import estimate_tokens, keep_tokens, pick_boundary
+from openworker.runtime.agent.compaction import estimate_tokens, keep_tokens, pick_boundary
 
 SIZES = (1_000, 10_000, 100_000)
 # Growth per 10x messages: linear is ~10x; allow some slack for cache effects at 100k.

@@ -22,8 +22,9 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
-from openworker import gc_tuning, watchdog  # noqa: E402
-from openworker.runner import embedded_runner  # noqa: E402
+from openworker import gc_tuning  # noqa: E402
+from openworker.runtime.turns import watchdog  # noqa: E402
+from openworker.runtime.turns.runner import embedded_runner  # noqa: E402
 from sessions.routing import websocket_urlpatterns  # noqa: E402
 
 

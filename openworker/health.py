@@ -9,6 +9,8 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connection
 
+from openworker.celery import app
+
 CHECK_TIMEOUT_SECONDS = 3.0
 
 
@@ -40,8 +42,6 @@ def check_channel_layer() -> tuple[bool, str]:
 
 
 def check_broker() -> tuple[bool, str]:
-    from openworker.celery import app
-
     try:
         with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=CHECK_TIMEOUT_SECONDS)

@@ -59,7 +59,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "axes",
-    "providers.apps.ProvidersConfig",
+    "providers.edge.apps.ProvidersConfig",
     "sessions.apps.ChatSessionsConfig",
 ]
 
@@ -178,7 +178,7 @@ if DISTRIBUTED:
         "default": {
             # Redis pub/sub with batched publishes (openworker/channel_layer.py says why
             # not channels_redis.core).
-            "BACKEND": "openworker.channel_layer.RedisPubSubLayer",
+            "BACKEND": "openworker.runtime.live.channel_layer.RedisPubSubLayer",
             "CONFIG": {
                 "hosts": [REDIS_URL],
                 "prefix": envstr("CHANNELS_PREFIX", "openworker"),
@@ -210,6 +210,9 @@ CELERY_TASK_SOFT_TIME_LIMIT = TURN_TIME_LIMIT_SECONDS - 30
 # Must exceed the task time limit, or Redis redelivers a turn that is still running.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": TURN_TIME_LIMIT_SECONDS + 600}
 CELERY_TASK_DEFAULT_QUEUE = "default"
+# The turn task lives with the runtime, outside any app autodiscovery looks in. Its name
+# predates the move (runtime.turns.tasks.RUN_TURN_TASK).
+CELERY_IMPORTS = ("openworker.runtime.turns.tasks",)
 CELERY_TASK_ROUTES = {"sessions.tasks.run_turn_task": {"queue": "turns"}}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True

@@ -31,6 +31,6 @@ urlpatterns = [
         name="account_set_password",
     ),
     path("admin/", admin.site.urls),
-    path("", include("providers.urls")),
+    path("", include("providers.edge.urls")),
     path("", include("sessions.urls")),
 ]

@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
-from sessions import services
+from openworker.runtime.turns import commands
 from sessions.audit import audit_record
 from sessions.models import AuditLog, Turn
 
@@ -68,7 +68,7 @@ def user_deactivate(*, actor: Any, user: Any, reason: str = "") -> int:
         )
     stopped = 0
     for turn in Turn.objects.filter(session__owner_id=user.pk, status__in=Turn.ACTIVE):
-        services.turn_request_stop(turn=turn)
+        commands.turn_request_stop(turn=turn)
         stopped += 1
     return stopped
 

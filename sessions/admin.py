@@ -18,8 +18,9 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from openworker.tools.registry import default_registry
+from openworker.runtime.agent.tools.registry import default_registry
 from sessions import admin_views
+from sessions.accounts import user_deactivate
 from sessions.models import (
     AuditLog,
     CompactionSettings,
@@ -230,8 +231,6 @@ class UserAdmin(BaseUserAdmin):
 
     @admin.action(description="Deactivate selected users", permissions=["change"])
     def deactivate_users(self, request: HttpRequest, queryset: Any) -> None:
-        from sessions.accounts import user_deactivate
-
         done = 0
         for user in queryset.filter(is_active=True).exclude(pk=request.user.pk):
             user_deactivate(actor=request.user, user=user, reason="admin action")

@@ -34,6 +34,7 @@ from django.views.decorators.debug import sensitive_post_parameters
 from sessions import accounts, usage
 from sessions.audit import audit_record
 from sessions.models import AuditLog, ExportJob, Message, Session
+from sessions.tasks import export_job_task
 
 # A reason has to say something: "ok" is not an answer an auditor can use.
 MIN_REASON_LENGTH = 10
@@ -230,8 +231,6 @@ def export_start(request: HttpRequest, *, admin_site: AdminSite) -> HttpResponse
 
 
 def _enqueue_export(job_id: Any) -> None:
-    from sessions.tasks import export_job_task
-
     export_job_task.delay(str(job_id))
 
 

@@ -26,8 +26,8 @@ from django.core.files import File
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from providers.crypto import DecryptionError
-from providers.models import ProviderProfile
+from providers.edge.crypto import DecryptionError
+from providers.edge.models import ProviderProfile
 from sessions.models import ExportJob, Message, Session, Turn
 
 # Write progress every this many sessions: a visible bar without a row write per session.

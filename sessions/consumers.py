@@ -23,8 +23,10 @@ from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.layers import get_channel_layer
 
-from openworker.replay import get_replay_buffer
-from sessions import events, selectors, services
+from openworker.runtime.live import events
+from openworker.runtime.live.replay import get_replay_buffer
+from openworker.runtime.turns import commands
+from sessions import selectors
 
 # Application close codes (4000-4999 are ours): the page reacts to each differently.
 CLOSE_UNAUTHENTICATED = 4401
@@ -136,7 +138,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             return
         try:
             await handler(content)
-        except services.TurnRefused as exc:
+        except commands.TurnRefused as exc:
             await self._error(str(exc))
 
     # --- client messages ---------------------------------------------------------------
@@ -153,7 +155,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         ):
             await self._error("send takes text (string), attachments (ids) and model (string).")
             return
-        turn = await database_sync_to_async(services.turn_send)(
+        turn = await database_sync_to_async(commands.turn_send)(
             session=self.session,
             user=self.user,
             text=text,
@@ -165,7 +167,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
     async def _on_stop(self, content: dict[str, Any]) -> None:
         turn = await self._turn(content)
         if turn is not None:
-            await database_sync_to_async(services.turn_request_stop)(turn=turn)
+            await database_sync_to_async(commands.turn_request_stop)(turn=turn)
 
     async def _on_decide(self, content: dict[str, Any]) -> None:
         turn = await self._turn(content)
@@ -175,14 +177,14 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         if not isinstance(call_id, str):
             await self._error("approve/deny take turn and call_id.")
             return
-        await database_sync_to_async(services.turn_decide_tool)(
+        await database_sync_to_async(commands.turn_decide_tool)(
             turn=turn, call_id=call_id, approved=content["type"] == "approve"
         )
 
     async def _on_retry(self, content: dict[str, Any]) -> None:
         turn = await self._turn(content)
         if turn is not None:
-            await database_sync_to_async(services.turn_retry)(turn=turn)
+            await database_sync_to_async(commands.turn_retry)(turn=turn)
 
     async def _on_resume(self, content: dict[str, Any]) -> None:
         turn = await self._turn(content)
@@ -337,7 +339,7 @@ def _active_turn_states(session: Any) -> list[dict[str, Any]]:
     for turn in selectors.active_turns(session=session):
         state: dict[str, Any] = {"turn": str(turn.pk), "status": turn.status, "model": turn.model}
         if turn.status == turn.Status.AWAITING_APPROVAL:
-            state["pending"] = services.turn_pending_calls(turn=turn)
+            state["pending"] = selectors.turn_pending_calls(turn=turn)
         states.append(state)
     return states
 

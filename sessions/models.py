@@ -29,7 +29,7 @@ class Session(models.Model):
     archived = models.BooleanField(default=False)
     # Next per-session message sequence number; bumped under a row lock.
     next_seq = models.PositiveIntegerField(default=1)
-    # Outbound-only compaction state (openworker.compaction.CompactionState.to_dict()).
+    # Outbound-only compaction state (runtime.agent.compaction.CompactionState.to_dict()).
     compaction_state = models.JSONField(null=True, blank=True)
     # Prompt-side tokens of the latest model call: the context meter and compaction signal.
     last_context_tokens = models.PositiveIntegerField(null=True, blank=True)

@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.utils.safestring import mark_safe
 
 from providers.types import ModelCapabilities
+from sessions import selectors
 from sessions.markdown import render_markdown
 from sessions.models import CompactionCheckpoint, Message, Session, Turn
 
@@ -209,3 +210,27 @@ def caps_label(caps: ModelCapabilities) -> str:
             else f"{round(window / 1000)}k context"
         )
     return " · ".join(bits) or "text only"
+
+
+def model_picker(user: Any, current: str) -> dict[str, Any]:
+    """The model picker: curated models this user may pick, labelled with capabilities,
+    and whether `current` is one of them (else it is a custom model: capabilities unknown)."""
+    options = [
+        {
+            "id": entry.id,
+            "label": entry.label or entry.id,
+            "caps": caps_label(entry.caps),
+            "caps_data": caps_payload(entry.caps),
+        }
+        for entry in selectors.model_choices(user=user)
+    ]
+    curated_ids = {option["id"] for option in options}
+    return {"options": options, "current": current, "custom": current not in curated_ids}
+
+
+def chosen_model(post: Any) -> str:
+    """The model a picker form chose: the custom text when "custom" is selected."""
+    choice = post.get("model", "").strip()
+    if choice == "__custom__" or not choice:
+        choice = post.get("custom_model", "").strip()
+    return choice

@@ -4,14 +4,17 @@ id is a 404, never a 403 that confirms it exists."""
 from __future__ import annotations
 
 import uuid
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet, Sum
 
-from sessions.models import CompactionCheckpoint, Message, Session, Turn
+from providers.edge.matrix import curated_matrix, models_for_user
+from sessions.models import CompactionCheckpoint, Message, Session, Turn, UserPreferences
+from sessions.search import session_search
 
 
 def session_list(*, user: AbstractBaseUser) -> QuerySet[Session]:
@@ -104,8 +107,6 @@ def session_list_page(
     *, user: AbstractBaseUser, query: str = "", archived: bool = False
 ) -> QuerySet[Session]:
     """The user's sessions, newest first, optionally filtered by a search (sessions.search)."""
-    from sessions.search import session_search
-
     sessions = Session.objects.filter(owner=user, archived=archived).order_by("-updated_at")
     return session_search(sessions=sessions, query=query)
 
@@ -154,10 +155,6 @@ def checkpoints_between(*, session: Session, first_seq: int, last_seq: int) -> l
 def session_cost(*, session: Session) -> Any:
     """The session's total cost (0 before any priced call), or None when any model call of
     it had an unknown price (a partial sum would under-report; the page hides it instead)."""
-    from decimal import Decimal
-
-    from django.db.models import Count, Q, Sum
-
     totals = Turn.objects.filter(session=session).aggregate(
         total=Sum("cost"),
         unknown=Count("pk", filter=Q(cost__isnull=True, steps__gt=0)),
@@ -168,8 +165,6 @@ def session_cost(*, session: Session) -> Any:
 
 
 def user_default_model(*, user: AbstractBaseUser) -> str:
-    from sessions.models import UserPreferences
-
     chosen = (
         UserPreferences.objects.filter(user=user).values_list("default_model", flat=True).first()
     )
@@ -178,7 +173,7 @@ def user_default_model(*, user: AbstractBaseUser) -> str:
 
 def attachment_kinds(*, session: Session) -> list[dict[str, Any]]:
     """The user messages that carry attachments, as small canonical dicts (content only):
-    what `openworker.degradation.degradation_note` needs, without loading the transcript."""
+    what `runtime.agent.degradation.degradation_note` needs, without loading the transcript."""
     out = []
     contents = (
         Message.objects.filter(session=session, role=Message.Role.USER)
@@ -204,20 +199,25 @@ def session_export_messages(*, session: Session) -> Any:
 
 def model_choices(*, user: AbstractBaseUser) -> list[Any]:
     """The curated models this user may pick (`CuratedModel`s, admin order), from
-    `openworker.llm.curated_matrix()`; rows restricted to teams the user is not in are
-    left out."""
-    from openworker.llm import curated_matrix
-
+    `providers.edge.matrix.curated_matrix()`; rows restricted to teams the user is not in
+    are left out."""
     table = curated_matrix()
-    allowed: set[str] | None = None
-    try:
-        from providers.matrix import models_for_user
-    except ImportError:  # the admin table not installed: every enabled row is offered
-        models_for_user = None
-    if models_for_user is not None:
-        allowed = {row.model_id for row in models_for_user(user)}
+    allowed = {row.model_id for row in models_for_user(user)}
     return [
         entry
         for model_id, entry in table.items()
-        if getattr(entry, "enabled", True) and (allowed is None or model_id in allowed)
+        if getattr(entry, "enabled", True) and model_id in allowed
     ]
+
+
+def turn_pending_calls(*, turn: Turn) -> list[dict[str, Any]]:
+    """Tool calls of the turn's latest assistant message that have no result yet."""
+    last = Message.objects.filter(turn=turn, role=Message.Role.ASSISTANT).order_by("-seq").first()
+    if last is None or not last.tool_calls:
+        return []
+    answered = set(
+        Message.objects.filter(turn=turn, role=Message.Role.TOOL, seq__gt=last.seq).values_list(
+            "tool_call_id", flat=True
+        )
+    )
+    return [call for call in last.tool_calls if call["id"] not in answered]

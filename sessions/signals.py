@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models.signals import pre_save
 from django.dispatch import receiver
 
-from sessions import events
+from openworker.runtime.live import events
 
 ACCOUNT_CLOSED = "account.closed"
 

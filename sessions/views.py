@@ -23,10 +23,12 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from openworker.degradation import degradation_note
-from openworker.tools.workspace import WorkspacePathError, workspace_path
+from openworker.runtime.agent.degradation import degradation_note
+from openworker.runtime.agent.llm import router_for_user
+from openworker.runtime.agent.tools.workspace import WorkspacePathError, workspace_path
 from sessions import attachments, export, presenters, selectors, services
 from sessions.models import Session, Turn
+from sessions.search import normalise_query
 
 # Sessions per page of the list: a screenful on a laptop, two thumbs' worth on a phone.
 SESSIONS_PER_PAGE = 25
@@ -42,33 +44,7 @@ def _own_session(request: HttpRequest, session_id: object) -> Session:
 
 
 def _router(user: Any) -> Any:
-    from openworker.llm import router_for_user
-
     return router_for_user(user.pk)
-
-
-def _picker(user: Any, current: str) -> dict[str, Any]:
-    """The model picker: curated models this user may pick, labelled with capabilities,
-    and whether `current` is one of them (else it is a custom model: capabilities unknown)."""
-    options = [
-        {
-            "id": entry.id,
-            "label": entry.label or entry.id,
-            "caps": presenters.caps_label(entry.caps),
-            "caps_data": presenters.caps_payload(entry.caps),
-        }
-        for entry in selectors.model_choices(user=user)
-    ]
-    curated_ids = {option["id"] for option in options}
-    return {"options": options, "current": current, "custom": current not in curated_ids}
-
-
-def _chosen_model(request: HttpRequest) -> str:
-    """The model a picker form chose: the custom text when "custom" is selected."""
-    choice = request.POST.get("model", "").strip()
-    if choice == "__custom__" or not choice:
-        choice = request.POST.get("custom_model", "").strip()
-    return choice
 
 
 @login_required
@@ -87,21 +63,19 @@ def home(request: HttpRequest) -> HttpResponse:
             "sessions": page.object_list,
             "query": _clean_query(query),
             "archived": archived,
-            "picker": _picker(request.user, default_model),
+            "picker": presenters.model_picker(request.user, default_model),
         },
     )
 
 
 def _clean_query(query: str) -> str:
-    from sessions.search import normalise_query
-
     return normalise_query(query)
 
 
 @login_required
 @require_POST
 def session_new(request: HttpRequest) -> HttpResponse:
-    model = _chosen_model(request) or selectors.user_default_model(user=request.user)
+    model = presenters.chosen_model(request.POST) or selectors.user_default_model(user=request.user)
     if len(model) > Session._meta.get_field("model").max_length:
         messages.error(request, "That model name is too long.")
         return redirect("home")
@@ -163,7 +137,7 @@ def chat(request: HttpRequest, session_id: object) -> HttpResponse:
             "items": items,
             "has_more": has_more,
             "page_data": page_data,
-            "picker": _picker(request.user, session.model),
+            "picker": presenters.model_picker(request.user, session.model),
             "caps": caps,
             "context_window": caps.context_window,
             "context_tokens": session.last_context_tokens,
@@ -243,7 +217,7 @@ def _int_param(request: HttpRequest, name: str) -> int | None:
 def session_model(request: HttpRequest, session_id: object) -> JsonResponse:
     """Switch the session's model; say what the new model cannot read of this session."""
     session = _own_session(request, session_id)
-    model = _chosen_model(request)
+    model = presenters.chosen_model(request.POST)
     try:
         services.session_set_model(session=session, model=model)
     except services.TurnRefused as exc:

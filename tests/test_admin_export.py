@@ -13,7 +13,7 @@ import pytest
 from django.contrib.auth.models import Group
 from django.utils import timezone
 
-from providers.models import ProviderProfile
+from providers.edge.models import ProviderProfile
 from sessions import bulk_export
 from sessions.models import AuditLog, ExportJob, Message, Session, Turn
 

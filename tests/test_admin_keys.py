@@ -8,8 +8,8 @@ from cryptography.fernet import Fernet
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from providers import crypto
-from providers.models import ProviderProfile
+from providers.edge import crypto
+from providers.edge.models import ProviderProfile
 
 pytestmark = pytest.mark.django_db
 CANARY = "sk-CANARY-admin-0123456789abcdef"

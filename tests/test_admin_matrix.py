@@ -8,9 +8,10 @@ from decimal import Decimal
 import pytest
 from django.contrib.auth.models import Group
 
-from openworker.llm import curated_matrix, router_for_user
-from providers import matrix
-from providers.models import MatrixModel
+from openworker.runtime.agent.llm import router_for_user
+from providers.edge import matrix
+from providers.edge.matrix import curated_matrix
+from providers.edge.models import MatrixModel
 from providers.types import TokenUsage
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from providers.models import ProviderProfile
+from providers.edge.models import ProviderProfile
 from sessions import usage
 from sessions.models import Message, Session, Turn
 

@@ -15,7 +15,8 @@ from django.contrib.sessions.models import Session as BrowserSession
 from django.test import Client
 
 from openworker.asgi import application
-from openworker.engine import _tool_policy_overrides
+from openworker.runtime.agent.engine import _tool_policy_overrides
+from openworker.runtime.turns import commands, runner
 from sessions import services
 from sessions.accounts import set_password_path, user_deactivate
 from sessions.models import AuditLog, Session, ToolPolicy, Turn, UserLimits
@@ -199,9 +200,7 @@ def test_staff_without_user_permissions_cannot_deactivate(owner):
 
 @pytest.fixture
 def no_runner(monkeypatch):
-    import openworker.runner
-
-    monkeypatch.setattr(openworker.runner, "turn_enqueue", lambda turn_id: None)
+    monkeypatch.setattr(runner, "turn_enqueue", lambda turn_id: None)
 
 
 @pytest.mark.django_db
@@ -211,10 +210,10 @@ def test_a_users_limits_row_overrides_the_concurrency_setting(owner, settings, n
     first = Session.objects.create(owner=owner)
     second = Session.objects.create(owner=owner)
     third = Session.objects.create(owner=owner)
-    services.turn_start(session=first, text="one")
-    services.turn_start(session=second, text="two")
+    commands.turn_start(session=first, text="one")
+    commands.turn_start(session=second, text="two")
     with pytest.raises(services.TurnRefused, match="already have 2"):
-        services.turn_start(session=third, text="three")
+        commands.turn_start(session=third, text="three")
 
 
 @pytest.mark.django_db
@@ -222,17 +221,17 @@ def test_the_monthly_budget_is_checked_before_a_turn_starts(owner, teammate, no_
     UserLimits.objects.create(user=owner, monthly_budget=Decimal("1.00"))
     session = Session.objects.create(owner=owner)
     Turn.objects.create(session=session, model="m", status="completed", cost=Decimal("0.60"))
-    services.turn_start(session=session, text="under budget")
+    commands.turn_start(session=session, text="under budget")
     Turn.objects.filter(session=session, status="queued").update(
         status="completed", cost=Decimal("0.40")
     )
     with pytest.raises(services.TurnRefused, match="spending limit"):
-        services.turn_start(session=session, text="over budget")
+        commands.turn_start(session=session, text="over budget")
     # Other users, and turns from previous months, are not counted.
     theirs = Session.objects.create(owner=teammate)
     Turn.objects.create(session=theirs, model="m", status="completed", cost=Decimal("50"))
-    assert services.user_month_spend(user_id=teammate.pk) == Decimal("50")
-    assert services.user_month_spend(user_id=owner.pk) == Decimal("1.00")
+    assert commands.user_month_spend(user_id=teammate.pk) == Decimal("50")
+    assert commands.user_month_spend(user_id=owner.pk) == Decimal("1.00")
 
 
 @pytest.mark.django_db

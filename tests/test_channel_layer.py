@@ -1,5 +1,5 @@
-"""`openworker.channel_layer.RedisPubSubLayer`, the distributed channel layer, against the
-real Redis of the distributed phase. Every test names its own prefix, so its pub/sub
+"""`runtime.live.channel_layer.RedisPubSubLayer`, the distributed channel layer, against
+the real Redis of the distributed phase. Every test names its own prefix, so its pub/sub
 channels (which Redis shares across databases) are its own; two "processes" are two
 layer instances on two event loops in two threads."""
 
@@ -18,9 +18,9 @@ import redis.asyncio as aioredis
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from openworker import channel_layer
-from openworker.channel_layer import RedisPubSubLayer
 from openworker.health import check_channel_layer
+from openworker.runtime.live import channel_layer
+from openworker.runtime.live.channel_layer import RedisPubSubLayer
 
 pytestmark = [pytest.mark.distributed, pytest.mark.usefixtures("require_distributed")]
 

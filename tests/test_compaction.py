@@ -1,4 +1,4 @@
-"""The compaction policy (openworker.compaction): pure, no provider, no Django."""
+"""The compaction policy (openworker.runtime.agent.compaction): pure, no provider, no Django."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from openworker import compaction
-from openworker.compaction import (
+from openworker.runtime.agent import compaction
+from openworker.runtime.agent.compaction import (
     CONTINUATION_CONTRACT,
     SUMMARY_SYSTEM_PROMPT,
     CompactionState,

@@ -9,7 +9,7 @@ import json
 import pytest
 from asgiref.sync import sync_to_async
 
-from openworker.compaction import CONTINUATION_CONTRACT
+from openworker.runtime.agent.compaction import CONTINUATION_CONTRACT
 from sessions.models import CompactionCheckpoint, CompactionSettings, Message, Session
 from tests.fakes import Reply, text, usage
 from tests.support.chat import point_provider_at, read_until_status

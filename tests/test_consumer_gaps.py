@@ -12,8 +12,9 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from openworker.asgi import application
-from openworker.replay import get_replay_buffer
-from sessions import consumers, events
+from openworker.runtime.live import events
+from openworker.runtime.live.replay import get_replay_buffer
+from sessions import consumers
 from sessions.models import Session
 from tests.support.chat import session_cookie
 

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from openworker import dbcall
+from openworker.runtime.store import dbcall
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def test_the_turn_pool_has_the_configured_number_of_threads(distributed, setting
 
 
 def test_calls_run_oldest_turn_first_then_in_submit_order():
-    from openworker.priority_pool import PriorityThreadPool, call_priority
+    from openworker.runtime.store.priority_pool import PriorityThreadPool, call_priority
 
     pool = PriorityThreadPool(1, thread_name_prefix="test-db")
     gate = threading.Event()
@@ -79,7 +79,7 @@ def test_calls_run_oldest_turn_first_then_in_submit_order():
 
 
 def test_a_failing_call_reports_its_error_and_the_pool_keeps_working():
-    from openworker.priority_pool import PriorityThreadPool
+    from openworker.runtime.store.priority_pool import PriorityThreadPool
 
     pool = PriorityThreadPool(1, thread_name_prefix="test-db")
     try:
@@ -94,7 +94,7 @@ def test_a_failing_call_reports_its_error_and_the_pool_keeps_working():
 
 
 async def test_a_turn_gets_a_later_priority_than_the_turns_before_it():
-    from openworker.priority_pool import call_priority, next_arrival
+    from openworker.runtime.store.priority_pool import call_priority, next_arrival
 
     async def turn() -> int:
         call_priority.set(next_arrival())

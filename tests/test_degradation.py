@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pypdf import PdfReader, PdfWriter
 
-from openworker import degradation
-from openworker.degradation import (
+from openworker.runtime.agent import degradation
+from openworker.runtime.agent.degradation import (
     IMAGE_PLACEHOLDER,
     IMAGES_NOTE,
     PDFS_NOTE,

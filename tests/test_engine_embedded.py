@@ -265,7 +265,7 @@ async def test_the_per_user_cap_refuses_another_concurrent_turn(owner, fake, set
 
 
 async def test_shutdown_interrupts_running_turns_and_keeps_their_text(owner, fake):
-    from openworker.runner import embedded_runner
+    from openworker.runtime.turns.runner import embedded_runner
 
     fake.push(Reply(text("half an answer "), pause(30), text("rest")))
     session = await make_session(owner, fake)
@@ -302,7 +302,7 @@ async def test_the_first_exchange_titles_the_session_and_the_page_is_told(owner,
 async def test_a_dropped_final_event_is_recovered_from_the_replay_buffer(owner, fake, monkeypatch):
     """The channel layer may drop any event, the last one included: the socket notices the
     silence and reads the turn's buffer."""
-    from sessions import events
+    from openworker.runtime.live import events
 
     publish = events.apublish
 
@@ -326,7 +326,7 @@ async def test_a_dropped_final_event_is_recovered_from_the_replay_buffer(owner, 
 async def test_a_failure_after_the_last_commit_keeps_the_turn_completed(owner, fake, monkeypatch):
     """The last model call's transaction ends the turn; if publishing its message fails
     afterwards, the turn stays completed and the sockets are told so."""
-    from openworker import engine
+    from openworker.runtime.agent import engine
 
     real = engine.selectors.message_payload
 

@@ -1,6 +1,6 @@
-"""Leases of running turns: `sessions.services.turns_heartbeat` renews many turns in one
-database call, and `openworker.leases.LeaseKeeper` beats for every turn of an event loop
-and tells each turn what the reply said.
+"""Leases of running turns: `runtime.store.turn_state.turns_heartbeat` renews many turns in
+one database call, and `runtime.store.leases.LeaseKeeper` beats for every turn of an event
+loop and tells each turn what the reply said.
 
 The `turns_heartbeat` tests run on SQLite in the embedded phase and again on PostgreSQL
 in the distributed phase (its UPDATE is hand-written SQL)."""
@@ -19,10 +19,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from openworker.leases import Lease, LeaseKeeper
-from sessions import services
+from openworker.runtime.store import turn_state
+from openworker.runtime.store.leases import Lease, LeaseKeeper
+from openworker.runtime.store.turn_state import HeartbeatReply, LeaseBeat
 from sessions.models import Session, Turn
-from sessions.services import HeartbeatReply, LeaseBeat
 
 ME, OTHER = "worker-me", "worker-other"
 LONG_AGO = timezone.now() - timedelta(hours=1)
@@ -74,7 +74,7 @@ def state(row: Turn) -> tuple[Any, ...]:
 
 def test_owned_turns_are_renewed_and_partials_written_only_when_given(session: Session) -> None:
     written, kept, emptied = turn(session), turn(session), turn(session)
-    replies = services.turns_heartbeat(
+    replies = turn_state.turns_heartbeat(
         beats=[
             beat(written, text="new text", reasoning="new reasoning"),
             beat(kept),  # unchanged since the last beat: None leaves the row alone
@@ -98,13 +98,13 @@ def test_a_turn_swept_or_owned_by_another_worker_is_not_ours_and_not_touched(
     session: Session,
 ) -> None:
     swept = turn(session)  # its heartbeat stopped long ago: the sweeper took it
-    assert [t.pk for t in services.turns_expire_leases()] == [swept.pk]
+    assert [t.pk for t in turn_state.turns_expire_leases()] == [swept.pk]
     stolen = turn(session, owner=OTHER)
     finished = turn(session, status=Turn.Status.COMPLETED)  # our name, no longer running
     gone = uuid.uuid4()
     before = {row.pk: state(row) for row in (stolen, swept, finished)}
 
-    replies = services.turns_heartbeat(
+    replies = turn_state.turns_heartbeat(
         beats=[beat(row, text="mine?", reasoning="mine?") for row in (stolen, swept, finished)]
         + [LeaseBeat(turn_id=str(gone), worker=ME, partial_text="x", partial_reasoning="x")]
     )
@@ -123,7 +123,9 @@ def test_a_requested_stop_is_reported_to_the_lease_holder_only(session: Session)
     stopping = turn(session, cancel_requested=True)
     running = turn(session)
     others_stopping = turn(session, owner=OTHER, cancel_requested=True)
-    replies = services.turns_heartbeat(beats=[beat(stopping), beat(running), beat(others_stopping)])
+    replies = turn_state.turns_heartbeat(
+        beats=[beat(stopping), beat(running), beat(others_stopping)]
+    )
     assert replies[str(stopping.pk)] == HeartbeatReply(owned=True, cancel_requested=True)
     assert replies[str(running.pk)] == HeartbeatReply(owned=True, cancel_requested=False)
     assert replies[str(others_stopping.pk)] == HeartbeatReply(owned=False, cancel_requested=False)
@@ -131,20 +133,20 @@ def test_a_requested_stop_is_reported_to_the_lease_holder_only(session: Session)
 
 def test_no_beats_is_no_query(session: Session) -> None:
     with CaptureQueriesContext(connection) as queries:
-        assert services.turns_heartbeat(beats=[]) == {}
+        assert turn_state.turns_heartbeat(beats=[]) == {}
     assert len(queries) == 0
 
 
 def test_fifty_turns_take_as_many_queries_as_one(session: Session) -> None:
     one = turn(session)
     with CaptureQueriesContext(connection) as queries_for_one:
-        services.turns_heartbeat(beats=[beat(one, text="1", reasoning="1")])
+        turn_state.turns_heartbeat(beats=[beat(one, text="1", reasoning="1")])
 
     ours = [turn(session) for _ in range(40)]
     theirs = [turn(session, owner=OTHER) for _ in range(10)]
     beats = [beat(row, text=f"text {i}", reasoning="r") for i, row in enumerate(ours + theirs)]
     with CaptureQueriesContext(connection) as queries_for_fifty:
-        replies = services.turns_heartbeat(beats=beats)
+        replies = turn_state.turns_heartbeat(beats=beats)
 
     # At most: savepoint, the one (executemany) UPDATE, release, the SELECT.
     assert len(queries_for_fifty) == len(queries_for_one) <= 4
@@ -161,7 +163,7 @@ def test_fifty_turns_take_as_many_queries_as_one(session: Session) -> None:
 
 
 class Heartbeats:
-    """Stands in for `services.turns_heartbeat`: records every call's beats and answers
+    """Stands in for `turn_state.turns_heartbeat`: records every call's beats and answers
     from `replies` (turn id → HeartbeatReply; owned and not stopping otherwise)."""
 
     def __init__(self) -> None:
@@ -186,7 +188,7 @@ class Heartbeats:
 @pytest.fixture
 def heartbeats(monkeypatch: pytest.MonkeyPatch) -> Heartbeats:
     fake = Heartbeats()
-    monkeypatch.setattr(services, "turns_heartbeat", fake)
+    monkeypatch.setattr(turn_state, "turns_heartbeat", fake)
     return fake
 
 
@@ -329,7 +331,7 @@ async def test_the_keeper_writes_partials_and_learns_of_a_sweep(owner: Any) -> N
 
     # The sweeper decided the worker was dead (its heartbeat stopped long ago).
     await Turn.objects.filter(pk=row.pk).aupdate(heartbeat_at=LONG_AGO)
-    assert len(await sync_to_async(services.turns_expire_leases)()) == 1
+    assert len(await sync_to_async(turn_state.turns_expire_leases)()) == 1
     streaming.text = "partial answer, more"
     await keeper.beat()
     assert streaming.told == ["lost"]

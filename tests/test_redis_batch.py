@@ -1,4 +1,4 @@
-"""`openworker.redis_batch`: Redis commands queued while a pipeline is in flight go out
+"""`openworker.runtime.live.redis_batch`: Redis commands queued while a pipeline is in flight go out
 together in the next one, in the order they were queued, and each caller learns its own
 command's outcome (Redis's own reply values). Against the real Redis of the distributed
 phase (keys under a prefix each test owns, deleted afterwards)."""
@@ -19,7 +19,7 @@ from django.conf import settings
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, ResponseError
 
-from openworker.redis_batch import CommandBatcher, batcher_for, pack
+from openworker.runtime.live.redis_batch import CommandBatcher, batcher_for, pack
 
 pytestmark = [pytest.mark.distributed, pytest.mark.usefixtures("require_distributed")]
 
@@ -154,7 +154,7 @@ async def test_the_url_selects_the_database(prefix: str) -> None:
 def test_a_tls_url_is_read_as_redis_py_reads_it() -> None:
     import ssl
 
-    from openworker.redis_batch import RespPipe
+    from openworker.runtime.live.redis_batch import RespPipe
 
     verified = RespPipe("rediss://:secret@cache.internal:6380/3")
     assert (verified.host, verified.port) == ("cache.internal", 6380)

@@ -115,7 +115,7 @@ def test_celery_is_configured_for_long_io_bound_turns():
 
 
 def test_provider_timeouts_from_settings_reach_the_transport(settings):
-    from openworker.llm import new_transport
+    from openworker.runtime.agent.llm import new_transport
 
     settings.PROVIDER_CONNECT_TIMEOUT = 3.5
     settings.PROVIDER_READ_TIMEOUT = 42.0

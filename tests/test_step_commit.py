@@ -1,4 +1,4 @@
-"""A model call's outcome is one transaction (`services.turn_step_commit`), and messages
+"""A model call's outcome is one transaction (`turn_state.turn_step_commit`), and messages
 take their sequence number with one `UPDATE ... RETURNING`: on SQLite (embedded) and on
 PostgreSQL (distributed) alike."""
 
@@ -10,6 +10,9 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from openworker.runtime.agent import titles
+from openworker.runtime.store import turn_state
+from openworker.runtime.turns import commands
 from sessions import services
 from sessions.models import Message, Session, Turn
 
@@ -22,21 +25,21 @@ def _running_turn(owner) -> Turn:  # type: ignore[no-untyped-def]
     services.message_append(
         session_id=session.pk, role="user", content="hi", turn_id=turn.pk, dedupe_key="u"
     )
-    services.turn_claim(turn_id=turn.pk, worker=WORKER)
+    turn_state.turn_claim(turn_id=turn.pk, worker=WORKER)
     return Turn.objects.select_related("session").get(pk=turn.pk)
 
 
 def _commit(turn: Turn, *, key: str = "t:a0", finish: str | None = None, steps: int = 1):
-    return services.turn_step_commit(
+    return turn_state.turn_step_commit(
         turn_id=turn.pk,
         worker=WORKER,
         session_id=turn.session_id,
         message={"content": "hello", "usage": {"input": 10, "output": 2}, "model": "m"},
         dedupe_key=key,
-        totals=services.StepTotals(
+        totals=turn_state.StepTotals(
             usage={"input": 10, "output": 2}, steps=steps, cost=Decimal("0.25")
         ),
-        context_tokens=services.context_tokens_of({"input": 10, "cache_read": 5}),
+        context_tokens=turn_state.context_tokens_of({"input": 10, "cache_read": 5}),
         finish=finish,
     )
 
@@ -112,7 +115,7 @@ class StepCommitContract:
     def test_sending_a_message_is_two_reads_and_three_writes(self, owner):
         session = services.session_create(owner=owner)
         with CaptureQueriesContext(connection) as queries:
-            turn = services.turn_send(session=session, user=owner, text="hello")
+            turn = commands.turn_send(session=session, user=owner, text="hello")
         sql = [q["sql"].split()[0].upper() for q in queries.captured_queries]
         ignored = {"BEGIN", "COMMIT", "SAVEPOINT", "RELEASE"}
         assert [s for s in sql if s not in ignored] == [
@@ -127,9 +130,9 @@ class StepCommitContract:
 
     def test_a_second_send_while_a_turn_runs_is_refused(self, owner):
         session = services.session_create(owner=owner)
-        services.turn_send(session=session, user=owner, text="one")
+        commands.turn_send(session=session, user=owner, text="one")
         with pytest.raises(services.TurnRefused, match="still working"):
-            services.turn_send(session=session, user=owner, text="two")
+            commands.turn_send(session=session, user=owner, text="two")
         assert Message.objects.filter(session=session).count() == 1
 
 
@@ -150,13 +153,13 @@ def test_a_title_request_is_made_from_the_messages_in_memory(owner):
     session = services.session_create(owner=owner)
     user = Message(session=session, seq=1, role="user", content="Plan the offsite in Lyon")
     reply = Message(session=session, seq=2, role="assistant", content="Here is a plan")
-    request = services.title_request_for(session, [user, reply])
+    request = titles.title_request_for(session, [user, reply])
     assert request is not None
     assert "User: Plan the offsite in Lyon" in request.messages[1]["content"]
     assert "Assistant: Here is a plan" in request.messages[1]["content"]
     assert request.fallback
     session.title = "Mine"
-    assert services.title_request_for(session, [user, reply]) is None
+    assert titles.title_request_for(session, [user, reply]) is None
 
 
 @pytest.mark.django_db
@@ -167,11 +170,11 @@ def test_saving_a_title_never_overwrites_one_the_user_set(owner):
 
 
 def test_usage_totals_add_up_key_by_key():
-    assert services.usage_add({"input": 1, "output": 2}, {"input": 3, "cache_read": 4}) == {
+    assert turn_state.usage_add({"input": 1, "output": 2}, {"input": 3, "cache_read": 4}) == {
         "input": 4,
         "output": 2,
         "cache_read": 4,
     }
-    assert services.usage_add(None, None) == {}
-    assert services.context_tokens_of(None) is None
-    assert services.context_tokens_of({"input": 1, "cache_read": 2, "cache_write": 3}) == 6
+    assert turn_state.usage_add(None, None) == {}
+    assert turn_state.context_tokens_of(None) is None
+    assert turn_state.context_tokens_of({"input": 1, "cache_read": 2, "cache_write": 3}) == 6

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from openworker.tools import ToolContext, ToolResult
-from openworker.tools import fetch_url as fetch_module
-from openworker.tools.fetch_url import FetchUrlTool, html_to_text
+from openworker.runtime.agent.tools import ToolContext, ToolResult
+from openworker.runtime.agent.tools import fetch_url as fetch_module
+from openworker.runtime.agent.tools.fetch_url import FetchUrlTool, html_to_text
 from providers.outbound import OutboundPolicy
 
 PAGE = b"""<!doctype html>

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from openworker.tools import (
+from openworker.runtime.agent.tools import (
     Tool,
     ToolContext,
     ToolRegistry,
@@ -18,7 +18,7 @@ from openworker.tools import (
     default_registry,
     workspace_path,
 )
-from openworker.tools import workspace as ws
+from openworker.runtime.agent.tools import workspace as ws
 from providers.outbound import OutboundPolicy
 
 

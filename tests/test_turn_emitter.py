@@ -1,4 +1,4 @@
-"""`openworker.streaming.TurnEmitter`: one turn's events are numbered, coalesced, put in
+"""`openworker.runtime.live.emitter.TurnEmitter`: one turn's events are numbered, coalesced, put in
 the replay buffer and published, in that order; and `RedisReplayBuffer.append_soon`'s
 TTL renewals. A recording buffer and publish stand in for Redis except in the last,
 distributed, test."""
@@ -16,11 +16,10 @@ import redis.asyncio as aioredis
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from openworker import replay
-from openworker.redis_batch import batcher_for
-from openworker.replay import REFRESH_TTL_EVERY, RUNNING_TTL_SECONDS, RedisReplayBuffer
-from openworker.streaming import TurnEmitter
-from sessions import events
+from openworker.runtime.live import events, replay
+from openworker.runtime.live.emitter import TurnEmitter
+from openworker.runtime.live.redis_batch import batcher_for
+from openworker.runtime.live.replay import REFRESH_TTL_EVERY, RUNNING_TTL_SECONDS, RedisReplayBuffer
 
 SESSION, TURN = "session-1", "turn-1"
 
@@ -217,7 +216,7 @@ async def test_a_failed_send_is_logged_and_the_other_still_happens(
 ) -> None:
     setattr(recorder, side, mode)
     emitter = emitter_for(recorder, coalesce_seconds=0)
-    with caplog.at_level(logging.WARNING, logger="openworker.streaming"):
+    with caplog.at_level(logging.WARNING, logger="openworker.runtime.live.emitter"):
         event = await emitter.emit("turn.status", status="running")
         emitter.delta(text="still streaming")
         await emitter.close()

@@ -11,7 +11,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from providers.models import ProviderProfile
+from providers.edge.models import ProviderProfile
 from sessions import export, selectors, services
 from sessions.models import Message, Session, Turn
 

@@ -6,8 +6,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from providers.models import ProviderProfile
-from providers.views import connection_test
+from providers.edge.models import ProviderProfile
+from providers.edge.views import connection_test
 from sessions.models import UserPreferences
 from tests.fakes import Reply, text
 from tests.fakes.script import quota_exceeded

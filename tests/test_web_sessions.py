@@ -11,7 +11,6 @@ from django.urls import reverse
 
 from sessions import selectors, services
 from sessions.models import CompactionCheckpoint, Message, Session, Turn, UserPreferences
-from tests.fakes import Reply, text
 
 
 @pytest.fixture
@@ -324,46 +323,6 @@ def test_custom_model_shows_a_capabilities_unknown_warning(client, owner):
     body = client.get(reverse("chat", args=[session.pk])).content.decode()
     assert "Capabilities unknown" in body
     assert 'value="__custom__" selected' in body
-
-
-# --- titles ----------------------------------------------------------------------------------
-
-
-def test_title_comes_from_a_cheap_model_call(owner, openai_fake):
-    from tests.support.chat import point_provider_at
-
-    point_provider_at(owner, "deepseek", openai_fake.base_url)
-    session = services.session_create(owner=owner, model="deepseek:deepseek-chat")
-    add(session, content="How do I rotate our database credentials?")
-    add(session, role="assistant", content="Here is how...")
-    openai_fake.push(Reply(text('"Rotating database credentials"')))
-    title = services.session_title_from_first_exchange(session_id=session.pk, use_model=True)
-    assert title == "Rotating database credentials"
-    session.refresh_from_db()
-    assert session.title == title
-    body = openai_fake.requests[-1].body
-    assert body["max_tokens"] == services.TITLE_MAX_TOKENS
-    assert "How do I rotate" in body["messages"][-1]["content"]
-
-
-def test_title_falls_back_to_the_first_words_when_the_call_fails(owner):
-    session = services.session_create(owner=owner, model="openai:gpt-5.5")
-    add(session, content="please summarise the quarterly numbers for the board meeting next week")
-
-    class Broken:
-        def complete(self, **kwargs):
-            raise RuntimeError("no network")
-
-        def close(self):
-            pass
-
-    title = services.session_title_from_first_exchange(session_id=session.pk, provider=Broken())
-    assert title == "please summarise the quarterly numbers for the board…"
-
-
-def test_title_never_overwrites_a_users_title(owner, session):
-    add(session, content="anything")
-    assert services.session_title_from_first_exchange(session_id=session.pk) == "Plans"
 
 
 def test_an_interrupted_turns_partial_text_is_shown_escaped_with_retry(client, owner):

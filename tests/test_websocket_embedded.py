@@ -11,7 +11,7 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from openworker.asgi import application
-from sessions import events
+from openworker.runtime.live import events
 from sessions.models import Session
 from sessions.tasks import publish_session_event
 

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from openworker.runtime.turns.tasks import run_turn_task
 from sessions.models import Message, Session, Turn
-from sessions.tasks import run_turn_task
 from tests.fakes import Reply, drip, text
 from tests.support import procs
 from tests.support.chat import (

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth import get_user_model
 
-from providers.models import MatrixModel
+from providers.edge.models import MatrixModel
 from sessions.models import Session
 from tests.e2e.pages import (
     ALICE_PASSWORD,

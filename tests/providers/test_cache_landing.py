@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from openworker.compaction import CompactionState, apply_to_outbound
+from openworker.runtime.agent.compaction import CompactionState, apply_to_outbound
 from providers.cache_spec import get_cache_spec
 from providers.capabilities import Prices
 from providers.context import build_context

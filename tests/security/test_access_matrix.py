@@ -21,7 +21,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.urls.exceptions import NoReverseMatch
 
-from providers.models import ProviderProfile
+from providers.edge.models import ProviderProfile
 from sessions import selectors
 from sessions.models import Message, Session, Turn
 from tests.security.figures import record

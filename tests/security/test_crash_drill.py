@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import redis
 
-from sessions import services
+from openworker.runtime.turns import commands
 from sessions.models import Message, Session, Turn
 from tests.fakes import Reply, drip, text, tool_call
 from tests.security.figures import record
@@ -92,6 +92,8 @@ def wait_streaming(turn_ids: list[Any], timeout: float = 30.0) -> None:
     raise AssertionError("the turns did not start streaming")
 
 
+# Ten rounds of kill, sweep, restart and retry: about 12 s a round on a quiet machine.
+@pytest.mark.timeout(360)
 def test_ten_worker_kills_lose_nothing_duplicate_nothing_and_end_every_turn(
     daphne_server: str, distributed_env: dict[str, str], owner: Any, anthropic_fake: Any
 ) -> None:
@@ -109,7 +111,7 @@ def test_ten_worker_kills_lose_nothing_duplicate_nothing_and_end_every_turn(
         for round_ in range(ROUNDS):
             upstream.dying = True
             turns = [
-                services.turn_send(session=s, user=owner, text=f"drill {round_} {i}").pk
+                commands.turn_send(session=s, user=owner, text=f"drill {round_} {i}").pk
                 for i, s in enumerate(sessions)
             ]
             all_turns += turns
@@ -128,7 +130,7 @@ def test_ten_worker_kills_lose_nothing_duplicate_nothing_and_end_every_turn(
             worker = stack.enter_context(procs.celery_worker(distributed_env))
             upstream.dying = False
             for turn_id in turns:
-                services.turn_retry(turn=Turn.objects.get(pk=turn_id))
+                commands.turn_retry(turn=Turn.objects.get(pk=turn_id))
             completed_in.append(wait_all(turns, {"completed"}, TERMINAL_SECONDS))
     finally:
         stack.close()

@@ -33,11 +33,11 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from openworker.engine import run_turn
-from openworker.llm import curated_matrix
+from openworker.runtime.agent.engine import run_turn
+from providers.edge.matrix import curated_matrix
+from providers.edge.secret_store import UserSecretStore
 from providers.outbound import OutboundPolicy
 from providers.router import ProviderRouter
-from providers.secret_store import UserSecretStore
 from providers.transport import MAX_BACKOFF_SECONDS, Transport
 from sessions import services
 from sessions.models import Message, Session, Turn

@@ -87,7 +87,7 @@ async def test_generated_websocket_messages_never_crash_the_consumer(
     owner: Any, entry: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Turns a fuzzed `send` starts stay queued: the property is about the consumer.
-    monkeypatch.setattr("openworker.runner.turn_enqueue", lambda turn_id: None)
+    monkeypatch.setattr("openworker.runtime.turns.runner.turn_enqueue", lambda turn_id: None)
     frames = await sync_to_async(collect)(ENTRY_POINTS[entry])
     assert len(frames) >= EXAMPLES
     session = await Session.objects.acreate(owner=owner, model="groq:llama")
@@ -146,9 +146,9 @@ def test_generated_form_inputs_never_answer_5xx(
 ) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.AXES_ENABLED = False  # the throttle answers 429 and would hide the form
-    monkeypatch.setattr("openworker.runner.turn_enqueue", lambda turn_id: None)
+    monkeypatch.setattr("openworker.runtime.turns.runner.turn_enqueue", lambda turn_id: None)
     # The connection test must not leave the machine: no provider answers, fast.
-    monkeypatch.setattr("providers.views.connection_test", lambda **kw: "no", raising=False)
+    monkeypatch.setattr("providers.edge.views.connection_test", lambda **kw: "no", raising=False)
     session = Session.objects.create(owner=owner, model="groq:llama")
     client = Client(raise_request_exception=False)
     if "login" not in path:

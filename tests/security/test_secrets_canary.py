@@ -28,10 +28,10 @@ import httpx
 import pytest
 from django.contrib.auth import get_user_model
 
+from providers.edge.models import ProviderProfile
+from providers.edge.secret_store import UserSecretStore
 from providers.errors import ProviderError
-from providers.models import ProviderProfile
 from providers.router import ProviderRouter
-from providers.secret_store import UserSecretStore
 from tests.fakes import AnthropicMessagesFake, OpenAIChatFake, Reply, drip, text, tool_call
 from tests.security.figures import record
 
@@ -248,7 +248,7 @@ def test_the_canary_key_appears_nowhere_but_the_upstream(
 ) -> None:
     from django.db import connection
 
-    from sessions import events
+    from openworker.runtime.live import events
     from sessions.models import Session
     from tests.support import procs
     from tests.support.chat import (

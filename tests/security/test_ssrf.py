@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from openworker.tools import ToolContext
-from openworker.tools.fetch_url import FetchUrlTool
+from openworker.runtime.agent.tools import ToolContext
+from openworker.runtime.agent.tools.fetch_url import FetchUrlTool
 from providers.errors import OutboundBlockedError, ProviderError
 from providers.outbound import OutboundPolicy
 from providers.transport import Transport

@@ -13,7 +13,7 @@ from typing import Any
 from django.test import Client
 from websockets.sync.client import ClientConnection, connect
 
-from providers.models import ProviderProfile
+from providers.edge.models import ProviderProfile
 
 TERMINAL = {"completed", "failed", "cancelled", "interrupted", "awaiting_approval"}
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from providers import crypto
-from providers.models import ProviderProfile
+from providers.edge import crypto
+from providers.edge.models import ProviderProfile
 
 
 class Command(BaseCommand):

@@ -1,11 +1,11 @@
 """Heartbeats of every turn a process runs, in one database call per beat.
 
-A running turn holds a lease the sweeper (`openworker.watchdog`) expires when its
+A running turn holds a lease the sweeper (`openworker.runtime.turns.watchdog`) expires when its
 heartbeat stops, and carries its partial reply so a dead worker's text survives. Each
 turn beating on its own meant one UPDATE (and a connection health check) per turn per
 second: at 200 concurrent turns the database threads' GIL hand-offs starved the event
 loop that streams them. The keeper of an event loop beats for all its turns at once
-(`sessions.services.turns_heartbeat`) and tells each turn what the reply says.
+(`sessions.turn_state.turns_heartbeat`) and tells each turn what the reply says.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from openworker.dbcall import db
-from sessions import services
+from openworker.runtime.store import turn_state
+from openworker.runtime.store.dbcall import db
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class LeaseKeeper:
             partials = lease.partials()
             changed = partials != lease.sent
             beats.append(
-                services.LeaseBeat(
+                turn_state.LeaseBeat(
                     turn_id=lease.turn_id,
                     worker=lease.worker,
                     partial_text=partials[0] if changed else None,
@@ -78,7 +78,7 @@ class LeaseKeeper:
             )
             lease.sent = partials
         try:
-            replies = await db(services.turns_heartbeat, pool="lease-db")(beats=beats)
+            replies = await db(turn_state.turns_heartbeat, pool="lease-db")(beats=beats)
         except BaseException:
             for lease in leases:
                 lease.sent = None  # not written: send it again next time

@@ -11,8 +11,8 @@ import base64
 import copy
 from typing import Any
 
-from openworker.compaction import CompactionState, apply_to_outbound
-from openworker.degradation import adapt_for_model
+from openworker.runtime.agent.compaction import CompactionState, apply_to_outbound
+from openworker.runtime.agent.degradation import adapt_for_model
 from providers.types import ModelCapabilities
 from sessions.models import Attachment
 

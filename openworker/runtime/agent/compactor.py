@@ -1,5 +1,5 @@
 """The engine's side of auto-compaction: decide *when*, run the summarizer *with what*,
-persist the state. The policy itself is pure (`openworker.compaction`).
+persist the state. The policy itself is pure (`openworker.runtime.agent.compaction`).
 
 Outbound only: the state is stored on the session and applied to the copy sent to the
 model; the transcript is never rewritten. A failed summary call never fails the turn:
@@ -15,8 +15,8 @@ from typing import Any
 
 from django.db import transaction
 
-from openworker import compaction
-from openworker.dbcall import db
+from openworker.runtime.agent import compaction
+from openworker.runtime.store.dbcall import db
 from providers.base import ProviderClient
 from providers.errors import ProviderError
 from sessions.models import CompactionCheckpoint, CompactionSettings, Message, Session

@@ -17,9 +17,11 @@ from typing import Any
 
 from django.core.cache import cache
 from django.db.models import Q
+from django.db.models.signals import m2m_changed, post_delete, post_save
+from django.dispatch import receiver
 
 from providers.capabilities import CuratedModel, Prices
-from providers.models import MatrixModel
+from providers.edge.models import MatrixModel
 from providers.types import ModelCapabilities
 
 VERSION_KEY = "openworker:matrix:version"
@@ -92,3 +94,11 @@ def models_for_user(user: Any) -> list[MatrixModel]:
     group_ids: Iterable[int] = user.groups.values_list("id", flat=True)
     rows = rows.filter(Q(groups__isnull=True) | Q(groups__in=list(group_ids))).distinct()
     return list(rows.order_by("order", "label"))
+
+
+@receiver(post_save, sender=MatrixModel)
+@receiver(post_delete, sender=MatrixModel)
+@receiver(m2m_changed, sender=MatrixModel.groups.through)
+def _matrix_changed(**kwargs: object) -> None:
+    """Any change to the matrix makes every process reload it."""
+    invalidate()

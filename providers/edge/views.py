@@ -1,7 +1,7 @@
 """The user's provider settings: their own profiles (key write-only, base URL, region),
 "test connection", delete, and their default model.
 
-Which profile applies is the SecretStore's rule (providers.secret_store): the user's own
+Which profile applies is the SecretStore's rule (providers.edge.secret_store): the user's own
 profile when they have one (used whole, never mixed with the organisation's), else the
 organisation's. The page says which, so nobody wonders whose key a turn runs on.
 """
@@ -11,17 +11,20 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
+from openworker.runtime.agent.llm import router_for_user
 from providers.capabilities import split_model
+from providers.edge.forms import ConnectionTestForm, ProviderProfileForm
+from providers.edge.models import ProviderProfile
 from providers.errors import ProviderError
-from providers.forms import ConnectionTestForm, ProviderProfileForm
-from providers.models import ProviderProfile
 from providers.registry import ProviderDescriptor, get_descriptor, provider_names
+from sessions import presenters, selectors, services
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +41,6 @@ def _descriptor(provider: str) -> ProviderDescriptor:
 
 
 def _default_provider() -> str:
-    from django.conf import settings
-
     return settings.DEFAULT_PROVIDER
 
 
@@ -55,8 +56,6 @@ def _applies(own: ProviderProfile | None, org: ProviderProfile | None) -> str:
 def _suggested_test_model(user: Any, provider: str) -> str:
     """A model of `provider` to test with: the user's default if it is one, else the first
     curated model of the provider, else nothing (the user types one)."""
-    from sessions import selectors
-
     default = selectors.user_default_model(user=user)
     if split_model(default, default_provider=_default_provider())[0] == provider:
         return default
@@ -68,9 +67,6 @@ def _suggested_test_model(user: Any, provider: str) -> str:
 
 @login_required
 def settings_page(request: HttpRequest) -> HttpResponse:
-    from sessions import selectors
-    from sessions.views import _picker
-
     own = {p.provider: p for p in ProviderProfile.objects.filter(owner=request.user)}
     org = {p.provider: p for p in ProviderProfile.objects.filter(owner__isnull=True)}
     rows = []
@@ -92,7 +88,7 @@ def settings_page(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "providers/settings.html",
-        {"rows": rows, "picker": _picker(request.user, default_model)},
+        {"rows": rows, "picker": presenters.model_picker(request.user, default_model)},
     )
 
 
@@ -142,8 +138,6 @@ def connection_test(*, user_id: int, model: str, router: Any = None) -> str | No
     """None when `model` answers a tiny request through the user's router, else the
     friendly reason (never the upstream body: it may echo the request)."""
     if router is None:
-        from openworker.llm import router_for_user
-
         router = router_for_user(user_id)
     try:
         router.complete(
@@ -178,10 +172,7 @@ def profile_delete(request: HttpRequest, provider: str) -> HttpResponse:
 @login_required
 @require_POST
 def default_model(request: HttpRequest) -> HttpResponse:
-    from sessions import services
-    from sessions.views import _chosen_model
-
-    model = _chosen_model(request)
+    model = presenters.chosen_model(request.POST)
     if len(model) > 200:
         messages.error(request, "That model name is too long.")
     else:

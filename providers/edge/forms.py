@@ -10,7 +10,7 @@ from typing import Any
 
 from django import forms
 
-from providers.models import ProviderProfile
+from providers.edge.models import ProviderProfile
 from providers.registry import ProviderDescriptor
 
 # Long enough for any vendor's key (AWS secret pairs included), short enough to refuse junk.

@@ -17,7 +17,9 @@ import time
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
-from openworker.redis_batch import batcher_for, client_for
+from django.conf import settings
+
+from openworker.runtime.live.redis_batch import batcher_for, client_for
 
 # Long enough for a user to come back to a tab after the turn ended; the transcript
 # takes over after that.
@@ -85,7 +87,7 @@ class MemoryReplayBuffer:
 
 class RedisReplayBuffer:
     """Redis Streams, through the event loop's shared client and batcher
-    (`openworker.redis_batch`: an asyncio connection must not cross loops)."""
+    (`openworker.runtime.live.redis_batch`: an asyncio connection must not cross loops)."""
 
     def __init__(self, url: str, *, prefix: str = "openworker") -> None:
         self.url = url
@@ -137,8 +139,6 @@ def get_replay_buffer() -> ReplayBuffer:
     """The process's buffer for the configured run mode."""
     global _buffer
     if _buffer is None:
-        from django.conf import settings
-
         if settings.DISTRIBUTED:
             _buffer = RedisReplayBuffer(settings.REDIS_URL)
         else:

@@ -7,6 +7,9 @@
   bound to that loop; threads talking to it stall). Tasks are cancelled, and their turns
   marked interrupted, when Daphne shuts down.
 
+A turn's cancel token lives in `runtime.store.local_cancel` (the engine registers it;
+Stop reaches it through `runtime.turns.commands`).
+
 Same coroutine, same events, either way.
 """
 
@@ -15,40 +18,16 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import threading
 import uuid
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 
-from providers.cancel import CancelToken
+from openworker.runtime.agent.engine import run_turn
+from openworker.runtime.turns.tasks import run_turn_task
 
 logger = logging.getLogger(__name__)
-
-# Cancel tokens of the turns running in this process: Stop reaches them at once (and
-# other processes' turns through the database flag the heartbeat reads).
-_local_tokens: dict[str, CancelToken] = {}
-_local_lock = threading.Lock()
-
-
-def register_local(turn_id: str, token: CancelToken) -> None:
-    with _local_lock:
-        _local_tokens[turn_id] = token
-
-
-def unregister_local(turn_id: str) -> None:
-    with _local_lock:
-        _local_tokens.pop(turn_id, None)
-
-
-def turn_cancel_local(turn_id: uuid.UUID | str) -> bool:
-    with _local_lock:
-        token = _local_tokens.get(str(turn_id))
-    if token is None:
-        return False
-    token.cancel()
-    return True
 
 
 def turn_enqueue(turn_id: uuid.UUID | str) -> None:
@@ -60,8 +39,6 @@ def turn_enqueue(turn_id: uuid.UUID | str) -> None:
 
 def _dispatch(turn_id: str) -> None:
     if settings.DISTRIBUTED:
-        from sessions.tasks import run_turn_task
-
         run_turn_task.delay(turn_id)
     else:
         embedded_runner.schedule(turn_id)
@@ -89,8 +66,6 @@ class EmbeddedRunner:
         loop.call_soon_threadsafe(self._start, turn_id, context=contextvars.Context())
 
     def _start(self, turn_id: str) -> None:
-        from openworker.engine import run_turn
-
         task = asyncio.ensure_future(run_turn(turn_id))
         self._tasks[turn_id] = task
         task.add_done_callback(lambda _t: self._tasks.pop(turn_id, None))
@@ -126,37 +101,3 @@ def _hook_reactor_shutdown(callback: Any) -> bool:
 
 
 embedded_runner = EmbeddedRunner()
-
-
-class WorkerLoop:
-    """One event loop per worker process, in its own thread, for every turn the process
-    runs.
-
-    `async_to_sync` per Celery thread would give each turn its own loop and two threads:
-    at 200 concurrent turns that is hundreds of threads contending for the GIL, each
-    with its own Redis pools, and latency grows with the number of runnable threads
-    (measured by bench/stream_path.py). One loop keeps one set of connections and lets
-    the turns interleave at their await points.
-    """
-
-    def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._lock = threading.Lock()
-
-    def _ensure(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None or self._loop.is_closed():
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=loop.run_forever, name="turn-loop", daemon=True)
-                thread.start()
-                self._loop = loop
-            return self._loop
-
-    def run(self, coro: Any) -> Any:
-        """Run `coro` on the process's turn loop and wait for its result."""
-        loop = self._ensure()
-        future = asyncio.run_coroutine_threadsafe(coro, loop)
-        return future.result()
-
-
-worker_loop = WorkerLoop()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from providers.models import ProviderProfile
+from providers.edge.models import ProviderProfile
 
 PREFIX = "provider:"
 

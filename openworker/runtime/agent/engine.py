@@ -29,24 +29,28 @@ from typing import Any
 
 from django.conf import settings
 
-from openworker import history as outbound_history
-from openworker.compactor import maybe_compact
-from openworker.dbcall import db as _db
-from openworker.degradation import degradation_note
-from openworker.leases import Lease, lease_keeper
-from openworker.priority_pool import call_priority, next_arrival
-from openworker.replay import get_replay_buffer
-from openworker.runner import register_local, unregister_local
-from openworker.streaming import TurnEmitter
-from openworker.tools.base import ToolContext, ToolResult
-from openworker.tools.registry import ToolRegistry, default_registry
+from openworker.runtime.agent import history as outbound_history
+from openworker.runtime.agent import titles
+from openworker.runtime.agent.compactor import maybe_compact
+from openworker.runtime.agent.degradation import degradation_note
+from openworker.runtime.agent.llm import router_for_user
+from openworker.runtime.agent.tools.base import ToolContext, ToolResult
+from openworker.runtime.agent.tools.registry import ToolRegistry, default_registry
+from openworker.runtime.live import events
+from openworker.runtime.live.emitter import TurnEmitter
+from openworker.runtime.live.replay import get_replay_buffer
+from openworker.runtime.store import turn_state
+from openworker.runtime.store.dbcall import db as _db
+from openworker.runtime.store.leases import Lease, lease_keeper
+from openworker.runtime.store.local_cancel import register_local, unregister_local
+from openworker.runtime.store.priority_pool import call_priority, next_arrival
 from providers.base import ProviderClient
 from providers.cancel import CancelToken
-from providers.errors import ProviderError, RequestCancelled
+from providers.errors import ProviderError, RequestCancelled, StreamError
 from providers.outbound import OutboundPolicy
 from providers.types import AssistantTurn, StreamChunk, TokenUsage, ToolCall
-from sessions import events, selectors, services
-from sessions.models import Message, Turn
+from sessions import selectors, services
+from sessions.models import Message, ToolPolicy, Turn
 
 logger = logging.getLogger(__name__)
 
@@ -93,13 +97,11 @@ async def run_turn(
     me = worker_id()
     # Every database call of this turn queues by the turn's arrival (priority_pool).
     call_priority.set(next_arrival())
-    turn = await _db(services.turn_claim)(turn_id=turn_id, worker=me)
+    turn = await _db(turn_state.turn_claim)(turn_id=turn_id, worker=me)
     if turn is None:
         logger.info("turn %s not claimable (already running or finished)", turn_id)
         return
     if provider_factory is None:
-        from openworker.llm import router_for_user
-
         provider_factory = router_for_user
     run = _TurnRun(turn, me, provider_factory, tools or default_registry())
     await run.run()
@@ -124,7 +126,7 @@ class _TurnRun:
         # in the same transaction as its message), and the messages a title is made of.
         self.committed_status: str | None = None
         self.exchange: list[Message] = []
-        self.totals = services.StepTotals(
+        self.totals = turn_state.StepTotals(
             usage=dict(turn.usage or {}) or None, steps=turn.steps, cost=turn.cost
         )
 
@@ -200,12 +202,12 @@ class _TurnRun:
         words when titling by model is off or fails) and tell the open pages. The model
         call streams on this loop; the exchange is the one in memory, so only the write uses
         the database."""
-        request = services.title_request_for(self.session, self.exchange)
+        request = titles.title_request_for(self.session, self.exchange)
         if request is None:
             return
         title = ""
         if settings.AUTO_TITLE:
-            title = await services.atitle_from_model(request, provider)
+            title = await titles.atitle_from_model(request, provider)
         title = await _db(services.session_title_save)(
             session_id=self.session.pk, title=title or request.fallback
         )
@@ -219,7 +221,7 @@ class _TurnRun:
             # (even a crash, or a shutdown), that is the turn's status.
             await self.emitter.emit("turn.status", status=self.committed_status)
             return
-        done = await _db(services.turn_finish)(
+        done = await _db(turn_state.turn_finish)(
             turn_id=self.turn_id,
             worker=self.me,
             status=status,
@@ -356,8 +358,6 @@ class _TurnRun:
             if aclose is not None:
                 await asyncio.shield(aclose())
         if final is None:
-            from providers.errors import StreamError
-
             raise StreamError("The provider's stream ended without a final reply.", partial=None)
         return final
 
@@ -390,12 +390,12 @@ class _TurnRun:
         one transaction, then tell the sockets."""
         usage = result.usage.to_dict() if result.usage else None
         cost = _cost(provider, self.turn.model, result.usage)
-        totals = services.StepTotals(
-            usage=services.usage_add(self.totals.usage, usage) or None,
+        totals = turn_state.StepTotals(
+            usage=turn_state.usage_add(self.totals.usage, usage) or None,
             steps=self.totals.steps + 1,
             cost=(self.totals.cost or 0) + cost if cost is not None else self.totals.cost,
         )
-        saved = await _db(services.turn_step_commit)(
+        saved = await _db(turn_state.turn_step_commit)(
             turn_id=self.turn_id,
             worker=self.me,
             session_id=self.session.pk,
@@ -410,7 +410,7 @@ class _TurnRun:
             },
             dedupe_key=step_key,
             totals=totals,
-            context_tokens=services.context_tokens_of(usage),
+            context_tokens=turn_state.context_tokens_of(usage),
             finish=finish,
         )
         if saved.counted:
@@ -488,8 +488,6 @@ class _TurnRun:
 
 def _tool_policy_overrides() -> dict[str, str]:
     """Tool policy overrides: the settings' defaults, then the admins' ToolPolicy rows."""
-    from sessions.models import ToolPolicy
-
     overrides = dict(getattr(settings, "TOOL_POLICY_OVERRIDES", {}) or {})
     overrides.update(ToolPolicy.objects.values_list("tool", "policy"))
     return overrides

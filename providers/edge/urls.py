@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from providers import views
+from providers.edge import views
 
 urlpatterns = [
     path("settings/", views.settings_page, name="provider_settings"),

@@ -29,9 +29,10 @@ import weakref
 from typing import Any
 
 import msgpack
+import redis.asyncio as aioredis
 from channels.layers import BaseChannelLayer
 
-from openworker.redis_batch import CommandBatcher, on_loop_close
+from openworker.runtime.live.redis_batch import CommandBatcher, on_loop_close
 
 logger = logging.getLogger(__name__)
 
@@ -57,8 +58,6 @@ class _LoopLayer:
     """The layer's state on one event loop (asyncio connections must not cross loops)."""
 
     def __init__(self, layer: RedisPubSubLayer) -> None:
-        import redis.asyncio as aioredis
-
         self.layer = layer
         self.redis = aioredis.Redis.from_url(layer.url)
         # Its own connection and batcher: sharing the replay buffer's kept appends and

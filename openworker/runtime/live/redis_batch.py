@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import hiredis
+import redis.asyncio as aioredis
 from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection, parse_url
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, ResponseError
@@ -228,8 +229,6 @@ def batcher_for(url: str) -> CommandBatcher:
 
 def client_for(url: str) -> Any:
     """This event loop's redis-py client for `url` (reads, with redis-py's replies)."""
-    import redis.asyncio as aioredis
-
     return _loop_cached("client", url, lambda: aioredis.Redis.from_url(url))
 
 

@@ -1,21 +1,15 @@
-"""How the runtime reaches the provider layer: one router per turn for the session's
+"""How the agent reaches the provider layer: one router per turn for the session's
 owner, reading that user's profiles (then the organisation's) from the SecretStore."""
 
 from __future__ import annotations
 
 from django.conf import settings
 
+from providers.edge.matrix import curated_matrix
+from providers.edge.secret_store import UserSecretStore
 from providers.outbound import OutboundPolicy
 from providers.router import ProviderRouter
-from providers.secret_store import UserSecretStore
 from providers.transport import Transport
-
-
-def curated_matrix() -> dict:
-    """The admin-managed curated model matrix (providers.matrix: cached, invalidated on change)."""
-    from providers.matrix import curated_matrix as table
-
-    return table()
 
 
 def new_transport() -> Transport:

@@ -12,10 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 
 from asgiref.sync import async_to_sync, sync_to_async
+from django.db import close_old_connections
 
-from sessions import services
+from openworker.runtime.live.emitter import TurnEmitter
+from openworker.runtime.live.replay import get_replay_buffer
+from openworker.runtime.store import turn_state
 
 logger = logging.getLogger(__name__)
 
@@ -25,10 +29,7 @@ _started_loops: set[int] = set()
 
 
 async def sweep_once() -> int:
-    from openworker.replay import get_replay_buffer
-    from openworker.streaming import TurnEmitter
-
-    changed = await sync_to_async(services.turns_expire_leases)()
+    changed = await sync_to_async(turn_state.turns_expire_leases)()
     buffer = get_replay_buffer()
     for turn in changed:
         try:
@@ -71,10 +72,6 @@ def start_thread() -> threading.Thread:
     """Start the sweeper in a daemon thread (Celery workers)."""
 
     def run() -> None:
-        import time
-
-        from django.db import close_old_connections
-
         while True:
             try:
                 async_to_sync(sweep_once)()

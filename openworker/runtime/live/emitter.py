@@ -14,8 +14,8 @@ import functools
 import logging
 from typing import Any
 
-from openworker.replay import ReplayBuffer
-from sessions import events
+from openworker.runtime.live import events
+from openworker.runtime.live.replay import ReplayBuffer
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
-from openworker.priority_pool import PriorityThreadPool
+from openworker.runtime.store.priority_pool import PriorityThreadPool
 
 # Distributed mode: database calls of every turn in a worker share a small thread pool
 # (settings.WORKER_DB_THREADS), so a worker holds at most that many PostgreSQL

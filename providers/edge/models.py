@@ -5,10 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
-from django.db.models.signals import m2m_changed, post_delete, post_save
-from django.dispatch import receiver
 
-from providers import crypto
+from providers.edge import crypto
 
 
 class ProviderProfile(models.Model):
@@ -66,7 +64,7 @@ class ProviderProfile(models.Model):
 class MatrixModel(models.Model):
     """One row of the curated model matrix, managed by admins.
 
-    The provider layer reads these rows through `providers.matrix.curated_matrix()` (cached,
+    The provider layer reads these rows through `providers.edge.matrix.curated_matrix()` (cached,
     invalidated on every save/delete) as `providers.capabilities.CuratedModel`s. A capability
     left empty means unknown, and a price left empty means unknown, not free: nothing here is
     ever invented to fill a gap.
@@ -116,13 +114,3 @@ class MatrixModel(models.Model):
 
     def __str__(self) -> str:
         return self.label or self.model_id
-
-
-@receiver(post_save, sender=MatrixModel)
-@receiver(post_delete, sender=MatrixModel)
-@receiver(m2m_changed, sender=MatrixModel.groups.through)
-def _matrix_changed(**kwargs: object) -> None:
-    """Any change to the matrix makes every process reload it (providers.matrix)."""
-    from providers.matrix import invalidate
-
-    invalidate()

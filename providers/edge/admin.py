@@ -13,7 +13,7 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
-from providers.models import MatrixModel, ProviderProfile
+from providers.edge.models import MatrixModel, ProviderProfile
 from providers.registry import provider_names
 
 
@@ -118,7 +118,7 @@ class MatrixModelForm(forms.ModelForm):
 @admin.register(MatrixModel)
 class MatrixModelAdmin(admin.ModelAdmin):
     """The curated matrix. Empty capability or price cells mean unknown: leave them empty
-    rather than guess. Saving reloads the matrix everywhere (providers.matrix)."""
+    rather than guess. Saving reloads the matrix everywhere (providers.edge.matrix)."""
 
     form = MatrixModelForm
     list_display = (

@@ -1,0 +1,120 @@
+"""A new session's title, asked of a model from the first exchange the engine has in
+memory (no query, no thread): a few words, or the first words of the user's message when
+the call fails. Saving it never overwrites a title the user set
+(`sessions.services.session_title_save`)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from sessions.models import Message, Session
+from sessions.services import TITLE_MAX_CHARS
+
+logger = logging.getLogger(__name__)
+
+# The fallback title: the first words of the user's first message.
+TITLE_FALLBACK_WORDS = 8
+
+
+# The titling call is tiny on purpose: a few words out, a clipped exchange in.
+TITLE_MAX_TOKENS = 40
+
+
+TITLE_EXCHANGE_CHARS = 2_000
+
+
+# Quotes (straight and curly) and Markdown emphasis models like to wrap a title in.
+TITLE_STRIP_CHARS = "\"'\u201c\u201d\u2018\u2019*#"
+
+
+TITLE_PROMPT = (
+    "Write a short title (at most 8 words) for the conversation below. "
+    "Reply with the title only: no quotes, no punctuation at the end."
+)
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
+    return ""
+
+
+def title_fallback(text: str) -> str:
+    words = text.split()
+    title = " ".join(words[:TITLE_FALLBACK_WORDS])
+    if len(words) > TITLE_FALLBACK_WORDS:
+        title += "…"
+    return title[:TITLE_MAX_CHARS]
+
+
+def _clean_title(raw: str) -> str:
+    lines = [line.strip() for line in (raw or "").strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    title = lines[0].strip().strip(TITLE_STRIP_CHARS).strip()
+    if title.lower().startswith("title:"):
+        title = title[len("title:") :].strip()
+    return title.rstrip(".").strip()[:TITLE_MAX_CHARS]
+
+
+@dataclass(frozen=True)
+class TitleRequest:
+    """What titling needs, read from the database up front so the model call can run
+    on a thread that never touches the database."""
+
+    session_id: str
+    owner_id: int
+    model: str
+    messages: list[dict[str, Any]]
+    fallback: str
+
+
+def title_request_for(session: Session, messages: list[Message]) -> TitleRequest | None:
+    """What titling needs from the session's first messages (in order), without a query:
+    the engine has them in memory when a turn completes."""
+    if session.title:
+        return None
+    user_text = next((_text_of(m.content) for m in messages if m.role == "user"), "").strip()
+    reply_text = next((_text_of(m.content) for m in messages if m.role == "assistant"), "").strip()
+    if not user_text and not reply_text:
+        return None
+    exchange = f"User: {user_text}\n\nAssistant: {reply_text}"[:TITLE_EXCHANGE_CHARS]
+    return TitleRequest(
+        session_id=str(session.pk),
+        owner_id=session.owner_id,
+        model=settings.TITLE_MODEL or session.model or settings.DEFAULT_MODEL,
+        messages=[
+            {"role": "system", "content": TITLE_PROMPT},
+            {"role": "user", "content": exchange},
+        ],
+        fallback=title_fallback(user_text or reply_text),
+    )
+
+
+async def atitle_from_model(request: TitleRequest, provider: Any) -> str:
+    """A few words from the model, or "" (any failure only costs the nicer title).
+
+    Streamed through `astream` on the engine's loop: a blocking call per titled session
+    put hundreds of threads back beside the streams when many turns ended at once
+    (bench/stream_path.py)."""
+    final = None
+    try:
+        async for chunk in provider.astream(
+            model=request.model, messages=request.messages, max_tokens=TITLE_MAX_TOKENS
+        ):
+            if chunk.turn is not None:
+                final = chunk.turn
+    except Exception:
+        logger.info("titling session %s failed", request.session_id, exc_info=True)
+        return ""
+    return _clean_title(final.text or "") if final is not None else ""

@@ -1,0 +1,257 @@
+"""A turn's state machine in the database: claim, heartbeat, one transaction per model
+call, finish, and the sweep of dead leases.
+
+Only the runtime calls these (the engine, its lease keeper and the watchdog); the web
+edge changes a turn through `runtime.turns.commands`. The transcript writes they build
+on are the product's (`sessions.services.message_insert`). Synchronous ORM code; async
+callers go through `runtime.store.dbcall`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from sessions.models import Message, Turn
+from sessions.services import message_insert
+
+# A running turn whose heartbeat is older than this is considered dead. The engine beats
+# every second; six missed beats is a dead worker, not a slow database.
+LEASE_SECONDS = 6.0
+
+
+@dataclass(frozen=True)
+class HeartbeatReply:
+    owned: bool
+    cancel_requested: bool
+
+
+def turn_claim(*, turn_id: uuid.UUID | str, worker: str) -> Turn | None:
+    """Take the lease on a queued turn. None when someone else has it or it is finished
+    (a redelivered task after the turn was interrupted or completed does nothing)."""
+    now = timezone.now()
+    updated = Turn.objects.filter(pk=turn_id, status=Turn.Status.QUEUED).update(
+        status=Turn.Status.RUNNING,
+        lease_owner=worker,
+        heartbeat_at=now,
+        started_at=now,
+        attempts=F("attempts") + 1,
+        partial_text="",
+        partial_reasoning="",
+    )
+    if not updated:
+        return None
+    return Turn.objects.select_related("session").get(pk=turn_id)
+
+
+@dataclass(frozen=True)
+class LeaseBeat:
+    """One running turn's heartbeat: its lease holder, and its partial reply (text and
+    reasoning together) when it changed since the last beat (None: leave it alone)."""
+
+    turn_id: str
+    worker: str
+    partial_text: str | None = None
+    partial_reasoning: str | None = None
+
+
+def turns_heartbeat(*, beats: list[LeaseBeat]) -> dict[str, HeartbeatReply]:
+    """Renew the leases of many turns in one batched UPDATE and one SELECT: a worker
+    process beats for all its turns at once. (One ORM update per turn per second, then
+    the ORM's CASE-per-row `bulk_update`, made the worker's database thread the limit
+    at 200 turns: bench/stream_path.py.)
+
+    A turn is still ours when it is running under our lease; for each turn the reply
+    says so, and whether Stop was asked for.
+    """
+    if not beats:
+        return {}
+    meta = Turn._meta
+    quote = connection.ops.quote_name
+    column = {name: quote(meta.get_field(name).column) for name in _HEARTBEAT_FIELDS}
+    pk = meta.pk
+    now = meta.get_field("heartbeat_at").get_db_prep_value(timezone.now(), connection)
+    running = Turn.Status.RUNNING.value
+    # The partials only when they changed (NULL keeps the stored one). Identifiers come
+    # from the model's metadata; every value is bound.
+    table, key = quote(meta.db_table), quote(pk.column)
+    text, reasoning = column["partial_text"], column["partial_reasoning"]
+    sql = (
+        f"UPDATE {table} SET {column['heartbeat_at']} = %s, "  # noqa: S608
+        f"{text} = COALESCE(%s, {text}), {reasoning} = COALESCE(%s, {reasoning}) "
+        f"WHERE {key} = %s AND {column['lease_owner']} = %s AND {column['status']} = %s"
+    )
+    rows = [
+        (
+            now,
+            beat.partial_text,
+            beat.partial_reasoning,
+            pk.get_db_prep_value(uuid.UUID(beat.turn_id), connection),
+            beat.worker,
+            running,
+        )
+        for beat in beats
+    ]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
+    state = {
+        str(turn_id): (owner, status, cancel)
+        for turn_id, owner, status, cancel in Turn.objects.filter(
+            pk__in=[beat.turn_id for beat in beats]
+        ).values_list("pk", "lease_owner", "status", "cancel_requested")
+    }
+    replies = {}
+    for beat in beats:
+        owner, status, cancel = state.get(beat.turn_id, ("", "", False))
+        owned = owner == beat.worker and status == running
+        replies[beat.turn_id] = HeartbeatReply(owned=owned, cancel_requested=owned and cancel)
+    return replies
+
+
+_HEARTBEAT_FIELDS = ("heartbeat_at", "partial_text", "partial_reasoning", "lease_owner", "status")
+
+
+@dataclass(frozen=True)
+class StepTotals:
+    """A turn's running totals after one more model call. The engine holds the lease,
+    so it is the only writer of these and keeps them in memory."""
+
+    usage: dict[str, int] | None
+    steps: int
+    cost: Decimal | None
+
+
+@dataclass(frozen=True)
+class StepSaved:
+    message: Message
+    counted: bool  # False: a replayed step, whose message and totals were already saved
+    ours: bool  # False: the lease was lost meanwhile (the message is kept all the same)
+
+
+def turn_step_commit(
+    *,
+    turn_id: uuid.UUID | str,
+    worker: str,
+    session_id: uuid.UUID | str,
+    message: dict[str, Any],
+    dedupe_key: str,
+    totals: StepTotals,
+    context_tokens: int | None,
+    finish: str | None = None,
+) -> StepSaved:
+    """One model call's outcome in one transaction: its assistant message, the turn's new
+    totals, the session's context size, and for the last call of a turn its final
+    status. A lost lease keeps the message, as a stop keeps what was streamed.
+
+    Six statements (with BEGIN and COMMIT) where the separate writes took fourteen and
+    three thread hops: 200 turns ending together made that difference the streams'
+    latency (bench/stream_path.py)."""
+    with transaction.atomic():
+        saved, created = message_insert(
+            session_id=session_id,
+            fields={"turn_id": turn_id, "role": "assistant", **message},
+            dedupe_key=dedupe_key,
+            context_tokens=context_tokens,
+        )
+        fields: dict[str, Any] = {}
+        if created:  # a replayed step was counted the first time
+            fields.update(
+                usage=totals.usage or None,
+                steps=totals.steps,
+                cost=totals.cost,
+                partial_text="",
+                partial_reasoning="",
+            )
+        if finish is not None:
+            fields.update(
+                status=finish,
+                error_kind="",
+                error="",
+                lease_owner="",
+                finished_at=timezone.now() if finish in Turn.TERMINAL else None,
+            )
+        owned = Turn.objects.filter(pk=turn_id, lease_owner=worker, status=Turn.Status.RUNNING)
+        ours = bool(owned.update(**fields)) if fields else owned.exists()
+    return StepSaved(message=saved, counted=created, ours=ours)
+
+
+def context_tokens_of(usage: dict[str, Any] | None) -> int | None:
+    """The prompt's size as the provider counted it: input plus cached tokens."""
+    if not usage:
+        return None
+    return (
+        int(usage.get("input", 0))
+        + int(usage.get("cache_read", 0))
+        + int(usage.get("cache_write", 0))
+    )
+
+
+def usage_add(total: dict[str, Any] | None, more: dict[str, Any] | None) -> dict[str, int]:
+    """Token buckets added up, key by key."""
+    out = {key: int(value or 0) for key, value in (total or {}).items()}
+    for key, value in (more or {}).items():
+        out[key] = out.get(key, 0) + int(value or 0)
+    return out
+
+
+def turn_finish(
+    *,
+    turn_id: uuid.UUID | str,
+    worker: str,
+    status: str,
+    error_kind: str = "",
+    error: str = "",
+    partial_text: str | None = None,
+    partial_reasoning: str | None = None,
+) -> bool:
+    """Move a turn we hold to a terminal state (or awaiting approval). False when the
+    lease was lost meanwhile (the sweeper or a stop got there first)."""
+    fields: dict[str, Any] = {
+        "status": status,
+        "error_kind": error_kind,
+        "error": error,
+        "lease_owner": "",
+        "finished_at": timezone.now() if status in Turn.TERMINAL else None,
+    }
+    if partial_text is not None:
+        fields["partial_text"] = partial_text
+    if partial_reasoning is not None:
+        fields["partial_reasoning"] = partial_reasoning
+    return bool(
+        Turn.objects.filter(pk=turn_id, lease_owner=worker, status=Turn.Status.RUNNING).update(
+            **fields
+        )
+    )
+
+
+def turns_expire_leases(*, now: Any = None) -> list[Turn]:
+    """Mark running turns whose worker stopped beating as interrupted (their partial
+    text stays on the row). Returns the turns it changed."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=LEASE_SECONDS)
+    stale = list(
+        Turn.objects.filter(status=Turn.Status.RUNNING)
+        .filter(Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True))
+        .values_list("pk", flat=True)
+    )
+    changed = []
+    for pk in stale:
+        updated = Turn.objects.filter(
+            pk=pk, status=Turn.Status.RUNNING, heartbeat_at__lt=cutoff
+        ).update(
+            status=Turn.Status.INTERRUPTED,
+            lease_owner="",
+            error_kind="interrupted",
+            error="The worker running this reply stopped. Retry to continue.",
+            finished_at=now,
+        )
+        if updated:
+            changed.append(Turn.objects.get(pk=pk))
+    return changed

@@ -1,0 +1,218 @@
+"""Turn commands: what the web edge (views, the session socket, the admin) may do to a
+turn. Send a message, stop, decide a tool approval, retry.
+
+Each validates, writes in one transaction and hands the turn to the runner once that
+transaction commits (`runner.turn_enqueue`); the state machine the runtime drives from
+there is `runtime.store.turn_state`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from openworker.runtime.live import events
+from openworker.runtime.store import local_cancel
+from openworker.runtime.turns import runner
+from sessions import selectors
+from sessions.models import Attachment, Message, Session, Turn, UserLimits
+from sessions.services import TurnRefused, message_insert
+
+__all__ = [
+    "TurnRefused",
+    "attachment_parts",
+    "turn_decide_tool",
+    "turn_request_stop",
+    "turn_retry",
+    "turn_send",
+    "turn_start",
+    "user_month_spend",
+]
+
+
+def turn_start(
+    *,
+    session: Session,
+    text: str,
+    attachments: list[dict[str, Any]] | None = None,
+    model: str | None = None,
+) -> Turn:
+    """Record the user's message and a queued turn, and hand the turn to the runner once
+    the transaction commits."""
+    return _turn_start(session=session, text=text, attachments=attachments, model=model)[0]
+
+
+def _turn_start(
+    *,
+    session: Session,
+    text: str,
+    attachments: list[dict[str, Any]] | None,
+    model: str | None,
+) -> tuple[Turn, Message]:
+    text = (text or "").strip()
+    if not text and not attachments:
+        raise TurnRefused("Type a message or attach a file.")
+    limit, budget = _user_limits(session.owner_id)
+    # One query answers both checks: the sessions of the user's active turns.
+    active = list(
+        Turn.objects.filter(session__owner_id=session.owner_id, status__in=Turn.ACTIVE).values_list(
+            "session_id", flat=True
+        )
+    )
+    if session.pk in active:
+        raise TurnRefused("This session is still working on the previous message.")
+    if len(active) >= limit:
+        raise TurnRefused(f"You already have {limit} replies running; wait for one to finish.")
+    if budget is not None and user_month_spend(user_id=session.owner_id) >= budget:
+        raise TurnRefused("You have reached this month's spending limit; ask an admin to raise it.")
+    model = (model or session.model or settings.DEFAULT_MODEL).strip()
+    content: Any = text
+    if attachments:
+        content = ([{"type": "text", "text": text}] if text else []) + list(attachments)
+    with transaction.atomic():
+        if model != session.model:
+            Session.objects.filter(pk=session.pk).update(model=model)
+        turn = Turn.objects.create(session=session, model=model)
+        message, _ = message_insert(
+            session_id=session.pk,
+            fields={"turn_id": turn.pk, "role": "user", "content": content},
+            dedupe_key=f"{turn.pk}:user",
+            new_key=True,
+        )
+        runner.turn_enqueue(turn.pk)
+    return turn, message
+
+
+def _user_limits(user_id: int) -> tuple[int, Decimal | None]:
+    """(concurrent turns allowed, monthly budget or None): the user's limits row, else the
+    site default for concurrency and no budget."""
+    row = UserLimits.objects.filter(user_id=user_id).first()
+    concurrent = settings.MAX_CONCURRENT_TURNS_PER_USER
+    if row is not None and row.max_concurrent_turns:
+        concurrent = row.max_concurrent_turns
+    return concurrent, (row.monthly_budget if row is not None else None)
+
+
+def user_month_spend(*, user_id: int) -> Decimal:
+    """What the user's turns have cost since the start of this calendar month (local time).
+
+    Turns with unknown cost (unpriced models) count as nothing: a budget cannot guess.
+    """
+    start = timezone.localtime().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    total = Turn.objects.filter(session__owner_id=user_id, created_at__gte=start).aggregate(
+        total=Sum("cost")
+    )["total"]
+    return total or Decimal(0)
+
+
+def attachment_parts(*, user: Any, attachment_ids: list[str]) -> list[dict[str, Any]]:
+    """Canonical content parts referencing the user's own uploads (by id, never inline)."""
+    if len(attachment_ids) > settings.MAX_ATTACHMENTS_PER_MESSAGE:
+        raise TurnRefused(f"Attach at most {settings.MAX_ATTACHMENTS_PER_MESSAGE} files.")
+    valid = []
+    for value in attachment_ids:
+        try:
+            valid.append(uuid.UUID(value))
+        except ValueError:
+            raise TurnRefused("Unknown attachment.") from None
+    found = {a.pk: a for a in Attachment.objects.filter(owner=user, pk__in=valid)}
+    parts = []
+    for key in valid:
+        attachment = found.get(key)
+        if attachment is None:
+            raise TurnRefused("Unknown attachment.")
+        meta = {
+            "id": str(attachment.pk),
+            "name": attachment.name,
+            "mime": attachment.mime,
+            "size": attachment.size,
+        }
+        if attachment.mime.startswith("image/"):
+            part = {"type": "image_url", "image_url": {"url": f"attachment:{attachment.pk}"}}
+        else:
+            part = {
+                "type": "file",
+                "file": {"filename": attachment.name, "file_data": f"attachment:{attachment.pk}"},
+            }
+        parts.append({**part, "attachment": meta})
+    return parts
+
+
+def turn_send(
+    *,
+    session: Session,
+    user: Any,
+    text: str,
+    attachment_ids: list[str] | None = None,
+    model: str | None = None,
+) -> Turn:
+    """The user sends a message: validate, start the turn, tell the session's sockets."""
+    if session.owner_id != user.pk:
+        raise TurnRefused("Unknown session.")
+    if len(text) > settings.MAX_MESSAGE_CHARS:
+        raise TurnRefused(f"Messages are limited to {settings.MAX_MESSAGE_CHARS} characters.")
+    parts = attachment_parts(user=user, attachment_ids=attachment_ids) if attachment_ids else []
+    turn, message = _turn_start(session=session, text=text, attachments=parts, model=model)
+    payload = selectors.message_payload(message)
+    transaction.on_commit(
+        lambda: events.publish(session.pk, {"type": "message.user", "message": payload})
+    )
+    return turn
+
+
+def turn_request_stop(*, turn: Turn) -> Turn:
+    """Stop: a running turn's worker sees the flag at its next heartbeat (and at once when
+    it runs in this process); a queued or waiting turn is cancelled here."""
+    Turn.objects.filter(pk=turn.pk, status=Turn.Status.RUNNING).update(cancel_requested=True)
+    Turn.objects.filter(
+        pk=turn.pk, status__in=[Turn.Status.QUEUED, Turn.Status.AWAITING_APPROVAL]
+    ).update(status=Turn.Status.CANCELLED, finished_at=timezone.now())
+    local_cancel.turn_cancel_local(turn.pk)
+    turn.refresh_from_db()
+    return turn
+
+
+def turn_decide_tool(*, turn: Turn, call_id: str, approved: bool) -> Turn:
+    """Record an approval decision; once every waiting call is decided, queue the turn
+    again (a new task picks it up where it paused)."""
+    with transaction.atomic():
+        turn = Turn.objects.select_for_update().get(pk=turn.pk)
+        if turn.status != Turn.Status.AWAITING_APPROVAL:
+            raise TurnRefused("This reply is not waiting for an approval.")
+        pending = selectors.turn_pending_calls(turn=turn)
+        if call_id not in {call["id"] for call in pending}:
+            raise TurnRefused("Unknown tool call.")
+        turn.approvals = {**turn.approvals, call_id: "approved" if approved else "denied"}
+        undecided = [call for call in pending if call["id"] not in turn.approvals]
+        fields = ["approvals"]
+        if not undecided:
+            turn.status = Turn.Status.QUEUED
+            fields.append("status")
+        turn.save(update_fields=fields)
+        if not undecided:
+            runner.turn_enqueue(turn.pk)
+    return turn
+
+
+def turn_retry(*, turn: Turn) -> Turn:
+    """Run a failed or interrupted turn again from its last committed message."""
+    retryable = [Turn.Status.FAILED, Turn.Status.INTERRUPTED]
+    with transaction.atomic():
+        updated = Turn.objects.filter(pk=turn.pk, status__in=retryable).update(
+            status=Turn.Status.QUEUED,
+            error="",
+            error_kind="",
+            cancel_requested=False,
+            finished_at=None,
+        )
+        if not updated:
+            raise TurnRefused("Only a failed or interrupted reply can be retried.")
+        runner.turn_enqueue(turn.pk)
+    turn.refresh_from_db()
+    return turn

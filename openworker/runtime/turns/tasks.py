@@ -1,0 +1,37 @@
+"""The Celery side of turns: the task a worker runs, and what a worker starts when it is
+ready (the lease sweeper, GC tuning). Tasks load ids and call the runtime; nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+from celery.signals import worker_ready
+
+from openworker.gc_tuning import tune_for_serving
+from openworker.runtime.agent.engine import run_turn
+from openworker.runtime.turns import watchdog
+from openworker.runtime.turns.worker_loop import worker_loop
+
+# The registered name predates this module's move out of `sessions.tasks`: messages queued
+# by an older deploy still find their task after an upgrade.
+RUN_TURN_TASK = "sessions.tasks.run_turn_task"
+
+
+# No automatic retries: a turn is retried by its user (or resumed after approval) as a new
+# task. acks_late + reject_on_worker_lost redeliver a task whose worker died; the engine's
+# lease makes that redelivery a no-op once the sweeper marked the turn interrupted.
+@shared_task(name=RUN_TURN_TASK, acks_late=True, ignore_result=True, max_retries=0)
+def run_turn_task(turn_id: str) -> None:
+    worker_loop.run(run_turn(turn_id))
+
+
+@worker_ready.connect
+def _start_lease_sweeper(**_: Any) -> None:
+    watchdog.start_thread()
+
+
+@worker_ready.connect
+def _tune_gc(**_: Any) -> None:
+    tune_for_serving()
