@@ -26,6 +26,7 @@ first call of the message, since Gemini 3 refuses an unsigned call in the curren
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -37,6 +38,8 @@ from ..registry import ProviderDescriptor
 from ..types import AssistantTurn, Context, ModelCapabilities, StreamChunk, TokenUsage, ToolCall
 from ._http_client import HttpProviderClient, Prepared
 from .openai_completions import parse_tool_arguments
+
+logger = logging.getLogger(__name__)
 
 GENERATE_PATH = "/models/{model}:generateContent"
 STREAM_PATH = "/models/{model}:streamGenerateContent?alt=sse"
@@ -404,6 +407,115 @@ def model_path(model: str) -> str:
 # --- Reply → canonical --------------------------------------------------------------------
 
 
+# One step of an RFC 9535 normalized path: `.name`, `['name']` / `["name"]`, or `[n]`.
+_PATH_STEP = re.compile(
+    r"""\.(?P<name>[A-Za-z_][\w-]*)"""
+    r"""|\[(?P<index>\d+)\]"""
+    r"""|\['(?P<single>(?:[^'\\]|\\.)*)'\]"""
+    r"""|\["(?P<double>(?:[^"\\]|\\.)*)"\]"""
+)
+_PARTIAL_VALUE_KEYS = ("stringValue", "numberValue", "boolValue", "nullValue")
+
+
+def json_path_steps(path: str) -> list[str | int] | None:
+    """`$.items[1].price` → ["items", 1, "price"]; None for a path that is not a plain
+    normalized path (filters, wildcards, slices: the API streams none of them)."""
+    if not path.startswith("$"):
+        return None
+    steps: list[str | int] = []
+    position = 1
+    while position < len(path):
+        match = _PATH_STEP.match(path, position)
+        if match is None:
+            return None
+        if match["index"] is not None:
+            steps.append(int(match["index"]))
+        else:
+            quoted = match["single"] if match["single"] is not None else match["double"]
+            name = match["name"] if quoted is None else re.sub(r"\\(.)", r"\1", quoted)
+            steps.append(name)
+        position = match.end()
+    return steps
+
+
+class StreamedArguments:
+    """The arguments of one Gemini 3 call streamed as `partialArgs`: each fragment sets
+    the value at its `jsonPath` (objects and arrays are made on the way), and a string
+    fragment whose predecessor at the same path said `willContinue` is appended to it."""
+
+    def __init__(self, initial: Mapping[str, Any] | None = None) -> None:
+        self.value: dict[str, Any] = dict(initial or {})
+        self._continuing: set[str] = set()
+
+    def apply(self, fragment: Mapping[str, Any]) -> bool:
+        """Apply one `PartialArg`; False (nothing changed) for one that cannot be read."""
+        path = fragment.get("jsonPath")
+        steps = json_path_steps(path) if isinstance(path, str) else None
+        if not steps or not any(key in fragment for key in _PARTIAL_VALUE_KEYS):
+            return False
+        if "stringValue" in fragment:
+            value: Any = str(fragment["stringValue"] or "")
+            if path in self._continuing:
+                previous = _get(self.value, steps)
+                value = (previous if isinstance(previous, str) else "") + value
+        elif "numberValue" in fragment:
+            value = fragment["numberValue"]
+        elif "boolValue" in fragment:
+            value = bool(fragment["boolValue"])
+        else:
+            value = None
+        if not _set(self.value, steps, value):
+            return False
+        if fragment.get("willContinue"):
+            self._continuing.add(str(path))
+        else:
+            self._continuing.discard(str(path))
+        return True
+
+
+def _get(root: Any, steps: list[str | int]) -> Any:
+    node = root
+    for step in steps:
+        if isinstance(step, int):
+            if not isinstance(node, list) or step >= len(node):
+                return None
+            node = node[step]
+        else:
+            if not isinstance(node, dict):
+                return None
+            node = node.get(step)
+    return node
+
+
+def _set(root: dict[str, Any], steps: list[str | int], value: Any) -> bool:
+    """Set `value` at `steps` under `root`, making the objects and arrays on the way (an
+    array is padded with nulls up to the index). False when a step contradicts what is
+    already there (an index into an object, a key into a string): nothing is overwritten."""
+    node: Any = root
+    for position, step in enumerate(steps):
+        last = position == len(steps) - 1
+        following: Any = None if last else ([] if isinstance(steps[position + 1], int) else {})
+        if isinstance(step, int):
+            if not isinstance(node, list):
+                return False
+            while len(node) <= step:
+                node.append(None)
+            if last:
+                node[step] = value
+            elif node[step] is None:
+                node[step] = following
+            node = node[step]
+        else:
+            if not isinstance(node, dict):
+                return False
+            if last:
+                node[step] = value
+            elif node.get(step) is None:
+                node[step] = following
+            node = node[step]
+    return True
+
+
 def usage_from_gemini(usage: Mapping[str, Any] | None) -> TokenUsage | None:
     """Map `usageMetadata`. `promptTokenCount` INCLUDES `cachedContentTokenCount`, so fresh
     input is what is left; `toolUsePromptTokenCount` (results of built-in tools) is prompt
@@ -435,8 +547,12 @@ class GeminiStreamParser:
 
     `feed(event)` takes one SSE event, `feed_payload(payload)` one parsed response (the
     whole reply of `generateContent` is one). Only candidate 0 is read. Text parts become
-    text, parts with `thought: true` reasoning, `functionCall` parts whole tool calls (one
-    delta carrying the full arguments JSON). `usageMetadata` is cumulative: the last wins.
+    text, parts with `thought: true` reasoning, `functionCall` parts tool calls (one delta
+    each, carrying the full arguments JSON). A Gemini 3 call with streamed arguments opens
+    with `name` and `willContinue: true`, goes on in nameless `partialArgs` parts and closes
+    with a `functionCall` that no longer continues (`{}`), a new call, or the finishReason
+    (the API may leave out the closing part): it comes out once, when closed, with the
+    assembled arguments. `usageMetadata` is cumulative: the last wins.
     There is no terminal event: `finish()` raises StreamError with the partial turn unless
     a `finishReason` (or a prompt `blockReason`) arrived. An `error` object in the stream
     raises the matching ProviderError at once.
@@ -447,6 +563,8 @@ class GeminiStreamParser:
         self._text: list[str] = []
         self._reasoning: list[str] = []
         self._calls: list[ToolCall] = []
+        # A call whose arguments are still streaming (`willContinue`): (id, name, args).
+        self._open: tuple[str, str, StreamedArguments] | None = None
         self._api_ids = False
         # (kind, calls seen before it, signature) in arrival order; see replay_layout.
         self._signatures: list[tuple[str, int, str]] = []
@@ -486,6 +604,7 @@ class GeminiStreamParser:
                 if isinstance(part, Mapping):
                     chunks.extend(self._part(part))
             if candidate.get("finishReason"):
+                chunks.extend(self._close_open())
                 self._finish = str(candidate["finishReason"])
         return chunks
 
@@ -493,41 +612,85 @@ class GeminiStreamParser:
         signature = part.get("thoughtSignature")
         call = part.get("functionCall")
         if isinstance(call, Mapping):
-            ordinal = len(self._calls)
-            name = str(call.get("name") or "")
-            call_id = call.get("id")
-            if call_id:
-                self._api_ids = True
-            else:
-                call_id = f"call_{ordinal}_{name}"
-            arguments = call.get("args")
-            arguments = dict(arguments) if isinstance(arguments, Mapping) else {}
-            self._calls.append(ToolCall(id=str(call_id), name=name, arguments=arguments))
-            if signature:
-                self._signatures.append(("call", ordinal, str(signature)))
-            delta = {
-                "index": ordinal,
-                "id": str(call_id),
-                "name": name,
-                "arguments": json.dumps(arguments, ensure_ascii=False),
-            }
-            return [StreamChunk(tool_call_delta=delta)]
+            return self._function_call(call, signature)
         text = part.get("text")
         text = text if isinstance(text, str) else ""
         if part.get("thought"):
             if signature:
-                self._signatures.append(("empty", len(self._calls), str(signature)))
+                self._signatures.append(("empty", self._call_count(), str(signature)))
             if text:
                 self._reasoning.append(text)
                 return [StreamChunk(reasoning=text)]
             return []
         if signature:
             kind = "text" if text else "empty"
-            self._signatures.append((kind, len(self._calls), str(signature)))
+            self._signatures.append((kind, self._call_count(), str(signature)))
         if text:
             self._text.append(text)
             return [StreamChunk(text=text)]
         return []
+
+    def _function_call(self, call: Mapping[str, Any], signature: Any) -> list[StreamChunk]:
+        """One `functionCall` part: a whole call, the start, a piece or the end of a call
+        with streamed arguments (see the class docstring)."""
+        name = str(call.get("name") or "")
+        fragments = call.get("partialArgs")
+        fragments = (
+            [f for f in fragments if isinstance(f, Mapping)] if isinstance(fragments, list) else []
+        )
+        if not name:
+            if self._open is None:
+                if fragments or call.get("args"):
+                    logger.debug("gemini: skipped argument fragments of no open call")
+                return []
+            arguments = self._open[2]
+            for fragment in fragments:
+                if not arguments.apply(fragment):
+                    logger.debug("gemini: skipped an unreadable partialArgs entry")
+            if signature:
+                self._signatures.append(("call", len(self._calls), str(signature)))
+            return [] if call.get("willContinue") else self._close_open()
+        chunks = self._close_open()
+        ordinal = len(self._calls)
+        call_id = call.get("id")
+        if call_id:
+            self._api_ids = True
+        else:
+            call_id = f"call_{ordinal}_{name}"
+        initial = call.get("args")
+        arguments = StreamedArguments(initial if isinstance(initial, Mapping) else None)
+        for fragment in fragments:
+            arguments.apply(fragment)
+        if signature:
+            self._signatures.append(("call", ordinal, str(signature)))
+        self._open = (str(call_id), name, arguments)
+        if not call.get("willContinue"):
+            chunks.extend(self._close_open())
+        return chunks
+
+    def _close_open(self) -> list[StreamChunk]:
+        """Close the call whose arguments were streaming: into the turn, out as a delta."""
+        if self._open is None:
+            return []
+        call = self._open_call()
+        self._open = None
+        ordinal = len(self._calls)
+        self._calls.append(call)
+        delta = {
+            "index": ordinal,
+            "id": call.id,
+            "name": call.name,
+            "arguments": json.dumps(call.arguments, ensure_ascii=False),
+        }
+        return [StreamChunk(tool_call_delta=delta)]
+
+    def _call_count(self) -> int:
+        return len(self._calls) + (self._open is not None)
+
+    def _open_call(self) -> ToolCall:
+        assert self._open is not None
+        call_id, name, arguments = self._open
+        return ToolCall(id=call_id, name=name, arguments=json.loads(json.dumps(arguments.value)))
 
     def _error(self, payload: Mapping[str, Any]) -> errors.ProviderError:
         error = payload.get("error")
@@ -557,9 +720,10 @@ class GeminiStreamParser:
         slots: list[tuple[str, str | None]] = []
         if "".join(self._text):
             slots.append(("text", text_signature))
-        for ordinal in range(len(self._calls) + 1):
+        count = self._call_count()
+        for ordinal in range(count + 1):
             slots.extend(("empty", signature) for signature in alone.get(ordinal, []))
-            if ordinal < len(self._calls):
+            if ordinal < count:
                 slots.append(("call", call_signatures.get(ordinal)))
         return [
             {"position": position, "kind": kind, "signature": signature}
@@ -576,9 +740,12 @@ class GeminiStreamParser:
                 "signatures": signatures,
                 "api_ids": self._api_ids,
             }
+        calls = list(self._calls)
+        if self._open is not None:
+            calls.append(self._open_call())
         return AssistantTurn(
             text="".join(self._text) or None,
-            tool_calls=list(self._calls),
+            tool_calls=calls,
             finish_reason=self._finish,
             raw=self._raw or None,
             reasoning="".join(self._reasoning) or None,

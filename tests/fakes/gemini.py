@@ -24,6 +24,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import re
 import secrets
 from typing import Any
 
@@ -132,9 +133,21 @@ class GeminiFake(FakeServer):
     api_prefix = "/" + API_VERSION
     provider = "gemini"
 
-    def __init__(self, *, require_signatures: bool = True, **options: Any) -> None:
+    def __init__(
+        self,
+        *,
+        require_signatures: bool = True,
+        stream_arguments: bool = False,
+        close_streamed_calls: bool = True,
+        **options: Any,
+    ) -> None:
+        """`stream_arguments`: stream each call's arguments as Gemini 3 does with
+        `streamFunctionCallArguments` (see `streamed_call_parts`); `close_streamed_calls`
+        False leaves out the closing empty `functionCall`, as the API sometimes does."""
         super().__init__(**options)
         self.require_signatures = require_signatures
+        self.stream_arguments = stream_arguments
+        self.close_streamed_calls = close_streamed_calls
 
     def prompt_parts(self, body: dict[str, Any]) -> list[Any]:
         return [body.get("systemInstruction"), body.get("contents"), body.get("tools")]
@@ -352,6 +365,9 @@ class GeminiRenderer:
             if self.thinks and first_call:
                 part["thoughtSignature"] = sign(self.model, call_anchor(step.name, step.arguments))
             self.parts.append(part)
+            if self.fake.stream_arguments:
+                parts = streamed_call_parts(part, close=self.fake.close_streamed_calls)
+                return [self._chunk([p]) for p in parts]
             return [self._chunk([part])]
         return []
 
@@ -435,6 +451,59 @@ class GeminiRenderer:
 
     def _chunk(self, parts: list[dict[str, Any]], *, final: bool = False) -> Event:
         return (None, self._response(parts, final=final))
+
+
+# Characters per streamed string fragment: short enough that a value spans several parts.
+STRING_FRAGMENT_CHARS = 4
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def streamed_call_parts(part: dict[str, Any], *, close: bool = True) -> list[dict[str, Any]]:
+    """One whole `functionCall` part as Gemini 3 streams it with argument streaming: the
+    name (and id, and the thought signature) with `willContinue`, then one part per
+    `partialArgs` entry (each leaf at its JSON path, strings in several pieces), then an
+    empty `functionCall` that closes the call (left out when `close` is False)."""
+    call = part["functionCall"]
+    opening: dict[str, Any] = {"name": call["name"], "willContinue": True}
+    if call.get("id"):
+        opening["id"] = call["id"]
+    first: dict[str, Any] = {"functionCall": opening}
+    if part.get("thoughtSignature"):
+        first["thoughtSignature"] = part["thoughtSignature"]
+    out = [first]
+    for path, value in _leaves(call.get("args") or {}, "$"):
+        for entry in _partial_args(path, value):
+            out.append({"functionCall": {"partialArgs": [entry], "willContinue": True}})
+    if close:
+        out.append({"functionCall": {}})
+    return out
+
+
+def _leaves(value: Any, path: str) -> list[tuple[str, Any]]:
+    if isinstance(value, dict):
+        found: list[tuple[str, Any]] = []
+        for key, item in value.items():
+            step = f".{key}" if _IDENTIFIER.fullmatch(key) else "[" + json.dumps(key) + "]"
+            found.extend(_leaves(item, path + step))
+        return found
+    if isinstance(value, list):
+        return [leaf for i, item in enumerate(value) for leaf in _leaves(item, f"{path}[{i}]")]
+    return [(path, value)]
+
+
+def _partial_args(path: str, value: Any) -> list[dict[str, Any]]:
+    if isinstance(value, str):
+        size = STRING_FRAGMENT_CHARS
+        pieces_ = [value[i : i + size] for i in range(0, len(value), size)] or [""]
+        return [
+            {"jsonPath": path, "stringValue": piece, "willContinue": i < len(pieces_) - 1}
+            for i, piece in enumerate(pieces_)
+        ]
+    if isinstance(value, bool):
+        return [{"jsonPath": path, "boolValue": value}]
+    if isinstance(value, int | float):
+        return [{"jsonPath": path, "numberValue": value}]
+    return [{"jsonPath": path, "nullValue": "NULL_VALUE"}]
 
 
 def last_user_text(contents: list[Any]) -> str:
