@@ -42,6 +42,15 @@ class CompatFlags:
     # the assistant message"). The reply's reasoning is kept in a `_<provider>` sidecar
     # and replayed to the same model only (providers/wire/openai_completions.py).
     replay_reasoning_content: bool = False
+    # Reasoning comes as typed `thinking` chunks in `content` and goes back the same way:
+    # the same model's assistant messages are replayed with their thinking chunk first
+    # (Mistral: dropping the trace degrades its reasoning models). Kept in a `_<provider>`
+    # sidecar like `replay_reasoning_content`; other models' turns go as plain text.
+    replay_thinking_chunks: bool = False
+    # Tool-call ids must be exactly this many characters of [a-zA-Z0-9] (Mistral: 9, a 422
+    # otherwise). Ids of another shape (another vendor's `toolu_...`, `call_0_...`) are
+    # re-keyed on the way out, the call and its result alike; the transcript keeps them.
+    tool_call_id_length: int | None = None
 
 
 @dataclass(frozen=True)
@@ -163,7 +172,15 @@ register(
         label="Mistral",
         api=OPENAI_COMPLETIONS,
         default_base_url="https://api.mistral.ai/v1",
-        compat=CompatFlags(tool_result_name=True, strict_tools=False),
+        # Mistral validates strictly: no `stream_options` in its schema (usage comes in
+        # the last chunk anyway), and tool-call ids of exactly nine letters and digits.
+        compat=CompatFlags(
+            tool_result_name=True,
+            strict_tools=False,
+            usage_in_stream=False,
+            replay_thinking_chunks=True,
+            tool_call_id_length=9,
+        ),
     )
 )
 register(

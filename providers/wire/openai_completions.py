@@ -10,11 +10,22 @@ one exception is declared, not branched on: a vendor with `replay_reasoning_cont
 (DeepSeek's thinking mode) gets each reply's reasoning kept in `extras["_<provider>"] =
 {"model": <bare model>, "reasoning_content": ...}` and sent back as `reasoning_content` on
 that assistant message, to the same model only; canonical `reasoning` stays display only.
+A vendor with `replay_thinking_chunks` (Mistral) keeps it the same way and gets it back as
+a `thinking` content chunk ahead of the text, to the same model only.
+
+Reasoning also arrives as typed content chunks (Mistral): `content` as a list of
+`{"type": "thinking", "thinking": [{"type": "text", ...}]}` (→ reasoning) and
+`{"type": "text", ...}` (→ text) parts; chunk types this module does not know are skipped
+with a debug log. A vendor with `tool_call_id_length` (Mistral's nine characters) gets
+every tool-call id of another shape re-keyed in the outbound copy (`rekey_tool_call_ids`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +39,8 @@ from ..registry import CompatFlags, ProviderDescriptor
 from ..types import AssistantTurn, Context, ModelCapabilities, StreamChunk, ToolCall
 from ..usage import usage_from_openai
 from ._http_client import HttpProviderClient, Prepared
+
+logger = logging.getLogger(__name__)
 
 CHAT_COMPLETIONS_PATH = "/chat/completions"
 DONE_SENTINEL = "[DONE]"
@@ -46,6 +59,10 @@ EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 REASONING_CONTENT_PLACEHOLDER = " "
 # Legacy `functions` API spelling, mapped so callers only ever see "tool_calls".
 _FINISH_ALIASES = {"function_call": "tool_calls"}
+# Tries at a free id before a clash is let through: only a tiny id space (never nine
+# base-62 characters) runs out of them.
+MAX_REKEY_ATTEMPTS = 64
+_ID_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
 # --- Context → request -------------------------------------------------------------------
@@ -108,16 +125,41 @@ def _replayed_reasoning(
     return REASONING_CONTENT_PLACEHOLDER if placeholder else None
 
 
+def _replayed_thinking_chunk(
+    message: Mapping[str, Any], *, sidecar: str, model: str
+) -> dict[str, Any] | None:
+    """The thinking chunk to put first in an assistant message's content: the same
+    model's own reasoning (and its signature, where one came), else None."""
+    text = _replayed_reasoning(message, sidecar=sidecar, model=model, placeholder=False)
+    if not text:
+        return None
+    chunk: dict[str, Any] = {"type": "thinking", "thinking": [{"type": "text", "text": text}]}
+    signature = ((message.get("extras") or {}).get(sidecar) or {}).get("signature")
+    if isinstance(signature, str) and signature:
+        chunk["signature"] = signature
+    return chunk
+
+
 def _assistant_message(
-    message: Mapping[str, Any], *, reasoning_content: str | None = None
+    message: Mapping[str, Any],
+    *,
+    reasoning_content: str | None = None,
+    thinking_chunk: dict[str, Any] | None = None,
+    call_id: Any = None,
 ) -> dict[str, Any]:
     text = content_text(message.get("content"))
     calls = message.get("tool_calls") or []
-    out: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
+    content: Any = text or (None if calls else "")
+    if thinking_chunk:
+        content = [thinking_chunk]
+        if text:
+            content.append({"type": "text", "text": text})
+    out: dict[str, Any] = {"role": "assistant", "content": content}
+    rename = call_id or (lambda value: value)
     if calls:
         out["tool_calls"] = [
             {
-                "id": call["id"],
+                "id": rename(call["id"]),
                 "type": "function",
                 "function": {
                     "name": call["name"],
@@ -138,6 +180,39 @@ def _arguments_json(call: Mapping[str, Any]) -> str:
     return json.dumps(arguments or {}, ensure_ascii=False, separators=(",", ":"))
 
 
+def rekey_tool_call_ids(length: int) -> Any:
+    """A renamer for one request's tool-call ids: an id that is already `length` letters
+    and digits stays; any other becomes `length` base-62 characters of its SHA-256, so the
+    call and its result (and the same id in every later request) get the same new id
+    without any state kept. Two ids that would land on one name get distinct ones."""
+    valid = re.compile(rf"[A-Za-z0-9]{{{length}}}")
+    given: dict[str, str] = {}
+    taken: dict[str, str] = {}
+
+    def derive(call_id: str, salt: int) -> str:
+        seed = call_id if salt == 0 else f"{call_id}\x00{salt}"
+        number = int.from_bytes(hashlib.sha256(seed.encode()).digest(), "big")
+        out = []
+        for _ in range(length):
+            number, digit = divmod(number, len(_ID_ALPHABET))
+            out.append(_ID_ALPHABET[digit])
+        return "".join(out)
+
+    def rename(call_id: Any) -> str:
+        call_id = str(call_id or "")
+        if call_id in given:
+            return given[call_id]
+        candidate, salt = (call_id, 0) if valid.fullmatch(call_id) else (derive(call_id, 0), 0)
+        while taken.get(candidate, call_id) != call_id and salt < MAX_REKEY_ATTEMPTS:
+            salt += 1
+            candidate = derive(call_id, salt)
+        given[call_id] = candidate
+        taken[candidate] = call_id
+        return candidate
+
+    return rename
+
+
 def _build_messages(
     ctx: Context,
     compat: CompatFlags,
@@ -150,10 +225,14 @@ def _build_messages(
 
     With `compat.replay_reasoning_content`, assistant messages carry `reasoning_content`:
     their own (from the `sidecar` extras) when `model` wrote them, a placeholder otherwise
-    when the model `thinks` (its capabilities say it reasons), nothing when unknown.
+    when the model `thinks` (its capabilities say it reasons), nothing when unknown. With
+    `compat.replay_thinking_chunks` the same model's own reasoning goes back as a thinking
+    chunk, and with `compat.tool_call_id_length` ids are re-keyed (this copy only).
     """
     out: list[dict[str, Any]] = []
     call_names: dict[str, str] = {}
+    length = compat.tool_call_id_length
+    call_id = rekey_tool_call_ids(length) if length else (lambda value: value)
     for message in ctx.messages:
         role = message.get("role")
         if role == "user":
@@ -166,16 +245,28 @@ def _build_messages(
                 if compat.replay_reasoning_content
                 else None
             )
-            out.append(_assistant_message(message, reasoning_content=replayed))
+            thinking = (
+                _replayed_thinking_chunk(message, sidecar=sidecar, model=model)
+                if compat.replay_thinking_chunks
+                else None
+            )
+            out.append(
+                _assistant_message(
+                    message,
+                    reasoning_content=replayed,
+                    thinking_chunk=thinking,
+                    call_id=call_id,
+                )
+            )
         elif role == "tool":
-            call_id = message.get("tool_call_id") or ""
+            result_of = message.get("tool_call_id") or ""
             tool: dict[str, Any] = {
                 "role": "tool",
-                "tool_call_id": call_id,
+                "tool_call_id": call_id(result_of),
                 "content": content_text(message.get("content")),
             }
             if compat.tool_result_name:
-                tool["name"] = message.get("name") or call_names.get(call_id, "")
+                tool["name"] = message.get("name") or call_names.get(result_of, "")
             out.append(tool)
     return out
 
@@ -281,17 +372,46 @@ def auth_headers(descriptor: ProviderDescriptor, api_key: str | None) -> dict[st
 # --- Reply → canonical --------------------------------------------------------------------
 
 
-def _text_of(value: Any) -> str:
-    """Delta/message content: a string, or (Mistral) a list of typed chunks."""
+# Content chunk types that carry nothing for the turn, by design (no debug line for them).
+_QUIET_CHUNKS = frozenset({"reference"})
+
+
+@dataclass(frozen=True)
+class _Content:
+    text: str = ""
+    reasoning: str = ""
+    signature: str | None = None  # a thinking chunk's, for its replay
+
+
+def _content_of(value: Any) -> _Content:
+    """Text and reasoning of delta/message content: a string is text; a list of typed
+    chunks (Mistral) gives its `text` chunks as text and the text inside its `thinking`
+    chunks as reasoning (with the chunk's signature). Other chunk types are skipped."""
     if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        return "".join(
-            str(item.get("text") or "")
-            for item in value
-            if isinstance(item, Mapping) and item.get("type") == "text"
-        )
-    return ""
+        return _Content(text=value)
+    if not isinstance(value, list):
+        return _Content()
+    text: list[str] = []
+    reasoning: list[str] = []
+    signature: str | None = None
+    for item in value:
+        if isinstance(item, str):
+            text.append(item)
+            continue
+        kind = item.get("type") if isinstance(item, Mapping) else None
+        if kind == "text":
+            text.append(str(item.get("text") or ""))
+        elif kind == "thinking":
+            inner = item.get("thinking")
+            if isinstance(inner, str):
+                reasoning.append(inner)
+            else:
+                reasoning.append(_content_of(inner or []).text)
+            if isinstance(item.get("signature"), str) and item["signature"]:
+                signature = item["signature"]
+        elif kind not in _QUIET_CHUNKS:
+            logger.debug("chat completions: skipped a content chunk of type %r", kind)
+    return _Content("".join(text), "".join(reasoning), signature)
 
 
 def _reasoning_of(source: Mapping[str, Any], reasoning_field: str | None) -> str:
@@ -364,6 +484,7 @@ class CompletionsStreamParser:
         self._calls: list[_CallBuffer] = []
         self._slots: dict[int, int] = {}
         self._finish: str | None = None
+        self._signature: str | None = None
         self._usage: Mapping[str, Any] | None = None
         self._raw: dict[str, Any] = {}
 
@@ -393,11 +514,14 @@ class CompletionsStreamParser:
             if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
-            reasoning = _reasoning_of(delta, self.reasoning_field)
+            content = _content_of(delta.get("content"))
+            text = content.text
+            reasoning = _reasoning_of(delta, self.reasoning_field) + content.reasoning
+            if content.signature:
+                self._signature = content.signature
             if reasoning:
                 self._reasoning.append(reasoning)
                 chunks.append(StreamChunk(reasoning=reasoning))
-            text = _text_of(delta.get("content"))
             if text:
                 self._text.append(text)
                 chunks.append(StreamChunk(text=text))
@@ -443,7 +567,7 @@ class CompletionsStreamParser:
             finish_reason=_finish_reason(self._finish, bool(calls)),
             raw=self._raw or None,
             reasoning=reasoning,
-            extras=_reasoning_sidecar(self.sidecar, self.model, reasoning),
+            extras=_reasoning_sidecar(self.sidecar, self.model, reasoning, self._signature),
             usage=usage_from_openai(self._usage),
         )
 
@@ -456,11 +580,17 @@ class CompletionsStreamParser:
         return errors.StreamError(message, model=self.model, partial=self.partial_turn())
 
 
-def _reasoning_sidecar(sidecar: str | None, model: str, reasoning: str | None) -> dict[str, Any]:
-    """`extras` holding the reply's reasoning for replay to `model`, when kept at all."""
+def _reasoning_sidecar(
+    sidecar: str | None, model: str, reasoning: str | None, signature: str | None = None
+) -> dict[str, Any]:
+    """`extras` holding the reply's reasoning (and its thinking chunk's signature) for
+    replay to `model`, when kept at all."""
     if not sidecar or not reasoning:
         return {}
-    return {sidecar: {"model": model, "reasoning_content": reasoning}}
+    kept: dict[str, Any] = {"model": model, "reasoning_content": reasoning}
+    if signature:
+        kept["signature"] = signature
+    return {sidecar: kept}
 
 
 def parse_completion(
@@ -486,14 +616,15 @@ def parse_completion(
         )
         for i, call in enumerate(message.get("tool_calls") or [])
     ]
-    reasoning = _reasoning_of(message, reasoning_field) or None
+    content = _content_of(message.get("content"))
+    reasoning = (_reasoning_of(message, reasoning_field) + content.reasoning) or None
     return AssistantTurn(
-        text=_text_of(message.get("content")) or None,
+        text=content.text or None,
         tool_calls=calls,
         finish_reason=_finish_reason(choice.get("finish_reason"), bool(calls)),
         raw=dict(payload),
         reasoning=reasoning,
-        extras=_reasoning_sidecar(sidecar, model, reasoning),
+        extras=_reasoning_sidecar(sidecar, model, reasoning, content.signature),
         usage=usage_from_openai(payload.get("usage")),
     )
 
@@ -544,7 +675,8 @@ class OpenAICompletionsClient(HttpProviderClient):
     @property
     def _sidecar(self) -> str | None:
         """Where replies keep their reasoning for replay, for vendors that need it back."""
-        if not self.descriptor.compat.replay_reasoning_content:
+        compat = self.descriptor.compat
+        if not (compat.replay_reasoning_content or compat.replay_thinking_chunks):
             return None
         return sidecar_key(self.descriptor)
 

@@ -228,7 +228,7 @@ class OpenAIChatFake(FakeServer):
             self._error(exchange, status, err)
             return
         reply = self.script.next_reply(last_user_text(body.get("messages") or []))
-        renderer = ChatRenderer(self, request, reply)
+        renderer = self.renderer(request, reply)
         self.play(
             exchange,
             reply,
@@ -237,6 +237,10 @@ class OpenAIChatFake(FakeServer):
             error_response=lambda err: self._error_response(err, model),
             headers={"x-request-id": _request_id()},
         )
+
+    def renderer(self, request: RecordedRequest, reply: Reply) -> ChatRenderer:
+        """The renderer of one reply (a vendor's fake renders its own shapes)."""
+        return ChatRenderer(self, request, reply)
 
     def _authorized(self, exchange: Exchange) -> bool:
         if self.api_key is None:

@@ -186,3 +186,34 @@ def validate_gemini_response(chunk: dict[str, Any]) -> None:
     from google.genai import types
 
     types.GenerateContentResponse.model_validate(chunk)
+
+
+def mistral_request_problem(body: dict[str, Any]) -> str | None:
+    """What the `mistralai` SDK's request TypedDict refuses in a chat completion body
+    (unknown keys at every level, `stream_options` among them), or None."""
+    from mistralai.client import models
+
+    params_type = (
+        models.ChatCompletionStreamRequestTypedDict
+        if body.get("stream")
+        else models.ChatCompletionRequestTypedDict
+    )
+    try:
+        _validate(params_type, body, ())
+    except RequestValidationError as exc:
+        return str(exc)
+    return None
+
+
+def validate_mistral_request(body: dict[str, Any]) -> None:
+    """Raise RequestValidationError unless `body` is a valid Mistral chat request."""
+    problem = mistral_request_problem(body)
+    if problem is not None:
+        raise RequestValidationError(problem)
+
+
+def validate_mistral_chunk(chunk: dict[str, Any]) -> None:
+    """Validate one streamed chunk as the SDK's `CompletionChunk`."""
+    from mistralai.client import models
+
+    models.CompletionChunk.model_validate(chunk)

@@ -41,6 +41,7 @@ from tests.fakes.bedrock import (
     validate_converse_request,
 )
 from tests.fakes.gemini import GeminiFake
+from tests.fakes.mistral import MistralFake
 from tests.fakes.openai_chat import OpenAIChatFake
 from tests.fakes.openai_responses import OpenAIResponsesFake
 from tests.fakes.server import FakeServer
@@ -130,8 +131,10 @@ class Setup:
 
 def _server(descriptor: ProviderDescriptor, **options: Any) -> FakeServer:
     fake_class = FAKE_FOR_API[descriptor.api]
+    if descriptor.name == "mistral":
+        fake_class = MistralFake
     api_key = KEY if descriptor.requires_key else None
-    if fake_class is OpenAIChatFake:
+    if issubclass(fake_class, OpenAIChatFake):
         options["reasoning_field"] = descriptor.compat.reasoning_field or "reasoning_content"
     return fake_class(api_key=api_key, **options)
 
