@@ -7,11 +7,22 @@ Thinking continuity: thinking and `redacted_thinking` blocks are kept exactly as
 in the turn's `extras["_anthropic"] = {"model": <bare model>, "thinking": [...]}` and put
 back, first in the assistant message, only when the same model sees that history again:
 signatures are model-bound, and another model would reject them.
+
+Server tools (web search, web fetch, code execution, tool search) answer inside the reply:
+their `server_tool_use` and `*_tool_result` blocks are kept in the sidecar's `server` list
+and replayed, after the thinking, to the same model (the results carry encrypted content
+the model cites from); citations on text blocks are kept in its `citations` list. A client
+`tool_use` called from inside code execution (programmatic tool calling) arrives with its
+whole `input` in `content_block_start` and a `caller`, without `input_json_delta`; the
+caller is kept (sidecar `callers`, by call id) and put back on the replayed call. Block,
+delta and event types this module does not know are skipped with a debug log: what is
+known of the reply still lands.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,6 +37,8 @@ from ..usage import merge_anthropic_usage, usage_from_anthropic
 from ._http_client import HttpProviderClient, Prepared
 from .openai_completions import parse_tool_arguments
 
+logger = logging.getLogger(__name__)
+
 MESSAGES_PATH = "/v1/messages"
 ANTHROPIC_VERSION = "2023-06-01"
 # `max_tokens` is mandatory on this API. Used when neither the caller nor the model's
@@ -33,6 +46,24 @@ ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 8192
 SIDECAR = "_anthropic"
 THINKING_TYPES = ("thinking", "redacted_thinking")
+# Blocks of the API's own (server) tools: kept for replay, never turned into tool calls.
+SERVER_BLOCK_TYPES = frozenset(
+    {
+        "server_tool_use",
+        "web_search_tool_result",
+        "web_fetch_tool_result",
+        "code_execution_tool_result",
+        "bash_code_execution_tool_result",
+        "text_editor_code_execution_tool_result",
+        "tool_search_tool_result",
+        "container_upload",
+    }
+)
+_KNOWN_BLOCK_TYPES = frozenset({"text", "tool_use", *THINKING_TYPES, *SERVER_BLOCK_TYPES})
+# Events that carry nothing to keep, by design (no debug line for them).
+_SILENT_EVENTS = frozenset({"ping", "content_block_stop"})
+# Blocks whose `input` streams as `input_json_delta`.
+_JSON_INPUT_TYPES = ("tool_use", "server_tool_use")
 EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 
 
@@ -110,15 +141,22 @@ def _content_blocks(content: Any) -> list[dict[str, Any]]:
     return blocks
 
 
-def _sidecar_thinking(message: Mapping[str, Any], model: str) -> list[dict[str, Any]]:
+def _own_sidecar(message: Mapping[str, Any], model: str) -> Mapping[str, Any]:
+    """The message's sidecar when `model` wrote it (its blocks are model-bound), else {}."""
     sidecar = (message.get("extras") or {}).get(SIDECAR)
     if not isinstance(sidecar, Mapping) or sidecar.get("model") != model:
-        return []
-    return [dict(block) for block in sidecar.get("thinking") or [] if isinstance(block, Mapping)]
+        return {}
+    return sidecar
+
+
+def _sidecar_blocks(sidecar: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+    return [dict(block) for block in sidecar.get(key) or [] if isinstance(block, Mapping)]
 
 
 def _assistant_blocks(message: Mapping[str, Any], model: str) -> list[dict[str, Any]]:
-    blocks = _sidecar_thinking(message, model)
+    sidecar = _own_sidecar(message, model)
+    blocks = _sidecar_blocks(sidecar, "thinking") + _sidecar_blocks(sidecar, "server")
+    callers = sidecar.get("callers") if isinstance(sidecar.get("callers"), Mapping) else {}
     content = message.get("content")
     if isinstance(content, str):
         if _has_text(content):
@@ -133,9 +171,15 @@ def _assistant_blocks(message: Mapping[str, Any], model: str) -> list[dict[str, 
         arguments = call.get("arguments")
         if isinstance(arguments, str):
             arguments, _ = parse_tool_arguments(arguments)
-        blocks.append(
-            {"type": "tool_use", "id": call["id"], "name": call["name"], "input": arguments or {}}
-        )
+        block = {
+            "type": "tool_use",
+            "id": call["id"],
+            "name": call["name"],
+            "input": arguments or {},
+        }
+        if isinstance(callers.get(call["id"]), Mapping):
+            block["caller"] = dict(callers[call["id"]])
+        blocks.append(block)
     return blocks
 
 
@@ -310,7 +354,9 @@ def request_headers(descriptor: ProviderDescriptor, api_key: str | None) -> dict
             f"no API key configured for {name}",
             friendly=f"No API key is configured for {name}. Add one in your provider settings.",
         )
-    headers = {"anthropic-version": ANTHROPIC_VERSION, "content-type": "application/json"}
+    # No content-type here: the transport sets it on every JSON request, and a second one
+    # (the names differ in case, so both went out) is a header the API may refuse.
+    headers = {"anthropic-version": ANTHROPIC_VERSION}
     if api_key:
         headers["x-api-key"] = api_key
     return headers
@@ -331,21 +377,33 @@ def _assemble(
     """Ordered content blocks → AssistantTurn (shared by the stream and the Message)."""
     text: list[str] = []
     reasoning: list[str] = []
-    thinking: list[dict[str, Any]] = []
+    sidecar: dict[str, Any] = {"thinking": [], "server": [], "callers": {}, "citations": []}
     calls: list[ToolCall] = []
     for position, block in enumerate(blocks):
         kind = block.get("type")
         if kind == "text":
             text.append(block.get("text") or "")
+            sidecar["citations"].extend(c for c in block.get("citations") or [] if c)
         elif kind in THINKING_TYPES:
-            thinking.append(dict(block))
+            sidecar["thinking"].append(dict(block))
             if kind == "thinking" and block.get("thinking"):
                 reasoning.append(block["thinking"])
         elif kind == "tool_use":
-            calls.append(_tool_call(block, tool_json.get(position)))
+            call = _tool_call(block, tool_json.get(position))
+            calls.append(call)
+            if isinstance(block.get("caller"), Mapping):
+                sidecar["callers"][call.id] = dict(block["caller"])
+        elif kind == "server_tool_use":
+            server = dict(block)
+            if position in tool_json:
+                server["input"] = _tool_call(block, tool_json[position]).arguments
+            sidecar["server"].append(server)
+        elif kind in SERVER_BLOCK_TYPES:
+            sidecar["server"].append(dict(block))
     extras: dict[str, Any] = {}
-    if thinking:
-        extras[SIDECAR] = {"model": model, "thinking": thinking}
+    kept = {key: value for key, value in sidecar.items() if value}
+    if kept:
+        extras[SIDECAR] = {"model": model, **kept}
     return AssistantTurn(
         text="".join(text) or None,
         tool_calls=calls,
@@ -359,10 +417,12 @@ def _assemble(
 
 def _tool_call(block: Mapping[str, Any], fragments: list[str] | None) -> ToolCall:
     call_id, name = block.get("id") or "", block.get("name") or ""
-    if fragments is None:  # a whole Message: `input` is already an object
+    raw = "".join(fragments or [])
+    if not raw.strip():
+        # A whole Message, or a streamed block whose `input` came whole in its
+        # content_block_start (programmatic tool calling): `input` is already an object.
         value = block.get("input")
         return ToolCall(id=call_id, name=name, arguments=dict(value or {}))
-    raw = "".join(fragments)
     arguments, error = parse_tool_arguments(raw)
     if error:
         return ToolCall(id=call_id, name=name, arguments={}, raw_arguments=raw, error=error)
@@ -386,6 +446,7 @@ class MessagesStreamParser:
         self._blocks: dict[int, dict[str, Any]] = {}
         self._tool_json: dict[int, list[str]] = {}
         self._tool_ordinal: dict[int, int] = {}
+        self._skipped: set[int] = set()  # indexes of blocks of unknown types
         self._stop_reason: str | None = None
         self._usage: dict[str, Any] | None = None
         self._raw: dict[str, Any] = {}
@@ -401,7 +462,11 @@ class MessagesStreamParser:
             return []
         kind = payload.get("type") or event.event
         handler = getattr(self, f"_on_{kind}", None)
-        return handler(payload) if handler is not None else []
+        if handler is None:
+            if kind not in _SILENT_EVENTS:
+                logger.debug("anthropic: skipped a stream event of type %r", kind)
+            return []
+        return handler(payload)
 
     def _on_message_start(self, payload: Mapping[str, Any]) -> list[StreamChunk]:
         message = payload.get("message") or {}
@@ -412,15 +477,23 @@ class MessagesStreamParser:
     def _on_content_block_start(self, payload: Mapping[str, Any]) -> list[StreamChunk]:
         index = int(payload.get("index", len(self._blocks)))
         block = dict(payload.get("content_block") or {})
-        self._blocks[index] = block
         kind = block.get("type")
+        if kind not in _KNOWN_BLOCK_TYPES:
+            logger.debug("anthropic: skipped a content block of unknown type %r", kind)
+            self._skipped.add(index)
+            return []
+        self._blocks[index] = block
+        if kind in _JSON_INPUT_TYPES:
+            self._tool_json[index] = []
         if kind == "tool_use":
             ordinal = len(self._tool_ordinal)
             self._tool_ordinal[index] = ordinal
-            self._tool_json[index] = []
-            block["input"] = {}
+            # Whole `input` here (programmatic tool calling) is the call's arguments; a
+            # streamed one starts as `{}` and comes in input_json_delta fragments.
+            start = block.get("input")
+            arguments = json.dumps(start, ensure_ascii=False) if start else ""
             delta = {"index": ordinal, "id": block.get("id"), "name": block.get("name")}
-            return [StreamChunk(tool_call_delta={**delta, "arguments": ""})]
+            return [StreamChunk(tool_call_delta={**delta, "arguments": arguments})]
         if kind == "text" and block.get("text"):
             return [StreamChunk(text=block["text"])]
         if kind == "thinking" and block.get("thinking"):
@@ -432,6 +505,8 @@ class MessagesStreamParser:
         block = self._blocks.get(index)
         delta = payload.get("delta") or {}
         if block is None:
+            if index in self._skipped:
+                return []
             raise self._stream_error(f"content_block_delta for unknown block {index}")
         kind = delta.get("type")
         if kind == "text_delta":
@@ -443,10 +518,16 @@ class MessagesStreamParser:
         if kind == "signature_delta":
             block["signature"] = delta.get("signature", "")
             return []
+        if kind == "citations_delta":
+            if isinstance(delta.get("citation"), Mapping):
+                block.setdefault("citations", []).append(dict(delta["citation"]))
+            return []
         if kind == "input_json_delta" and index in self._tool_json:
             fragment = delta.get("partial_json", "")
             self._tool_json[index].append(fragment)
-            ordinal = self._tool_ordinal[index]
+            ordinal = self._tool_ordinal.get(index)
+            if ordinal is None:  # a server tool's input: not a call of ours
+                return []
             return [
                 StreamChunk(
                     tool_call_delta={
@@ -457,7 +538,8 @@ class MessagesStreamParser:
                     }
                 )
             ]
-        return []  # citations_delta and future delta types carry nothing we keep
+        logger.debug("anthropic: skipped a content_block_delta of type %r", kind)
+        return []
 
     def _on_message_delta(self, payload: Mapping[str, Any]) -> list[StreamChunk]:
         delta = payload.get("delta") or {}

@@ -43,6 +43,8 @@ from .script import (
     Text,
     ToolCall,
     Usage,
+    WireBlock,
+    WireEvent,
 )
 from .server import (
     CHARS_PER_TOKEN,
@@ -243,6 +245,15 @@ class AnthropicMessagesFake(FakeServer):
             if key != self.api_key:
                 self._error(exchange, 401, error_body("authentication_error", "invalid x-api-key"))
                 return False
+        repeated = [
+            name
+            for name in ("content-type", "anthropic-version", "x-api-key")
+            if exchange.request.header_count(name) > 1
+        ]
+        if repeated:
+            body = error_body("invalid_request_error", f"{repeated[0]}: header given twice")
+            self._error(exchange, 400, body)
+            return False
         if not headers.get("anthropic-version"):
             body = error_body("invalid_request_error", "anthropic-version: header is required")
             self._error(exchange, 400, body)
@@ -465,6 +476,25 @@ class MessagesRenderer:
         if isinstance(step, RedactedThinking):
             block = {"type": "redacted_thinking", "data": step.data}
             return self._open_block("redacted_thinking", block, fresh=True)
+        if isinstance(step, ToolCall) and step.caller is not None:
+            # Programmatic tool calling: the whole input at the start, no deltas.
+            call_id = step.id or "toolu_" + secrets.token_hex(12)
+            block = {
+                "type": "tool_use",
+                "id": call_id,
+                "name": step.name,
+                "input": dict(step.arguments),
+                "caller": dict(step.caller),
+            }
+            return self._open_block("tool_use", block, fresh=True)
+        if isinstance(step, WireBlock) and step.api == "anthropic":
+            events = self._open_block(step.block["type"], dict(step.block), fresh=True)
+            index = len(self.blocks) - 1
+            self.blocks[index] = _applied(step.block, step.deltas)
+            events.extend(self._delta(index, delta) for delta in step.deltas)
+            return events
+        if isinstance(step, WireEvent) and step.api == "anthropic":
+            return [(step.name, dict(step.data))]
         if isinstance(step, ToolCall):
             call_id = step.id or "toolu_" + secrets.token_hex(12)
             arguments = tool_arguments_text(step)
@@ -581,6 +611,23 @@ class MessagesRenderer:
             "content_block_delta",
             {"type": "content_block_delta", "index": index, "delta": delta},
         )
+
+
+def _applied(start: dict[str, Any], deltas: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    """A block as a whole Message holds it: its start with the deltas folded in."""
+    block = json.loads(json.dumps(start))
+    partial_json = ""
+    for delta in deltas:
+        kind = delta.get("type")
+        if kind == "text_delta":
+            block["text"] = block.get("text", "") + delta["text"]
+        elif kind == "citations_delta":
+            block.setdefault("citations", []).append(delta["citation"])
+        elif kind == "input_json_delta":
+            partial_json += delta.get("partial_json", "")
+    if partial_json:
+        block["input"] = json.loads(partial_json)
+    return block
 
 
 def last_user_text(messages: list[Any]) -> str:

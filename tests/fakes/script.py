@@ -70,6 +70,35 @@ class ToolCall:
     id: str | None = None
     # Raw argument text sent instead of `json.dumps(arguments)`: scripts invalid JSON.
     raw_arguments: str | None = None
+    # Anthropic programmatic tool calling: the call is made from inside code execution,
+    # so its block carries this `caller` and its whole `input`, with no input_json_delta.
+    caller: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class WireBlock:
+    """A content block in one API's own shape, for shapes the neutral steps don't cover
+    (server tool blocks, cited text): streamed as its start `block` then `deltas`, and
+    whole as `block` with the deltas applied. Only the fake of `api` renders it."""
+
+    api: str
+    block: dict[str, Any]
+    deltas: tuple[dict[str, Any], ...] = ()
+
+    def __init__(self, api: str, block: dict[str, Any], deltas: Iterable[Any] = ()) -> None:
+        object.__setattr__(self, "api", api)
+        object.__setattr__(self, "block", dict(block))
+        object.__setattr__(self, "deltas", tuple(dict(d) for d in deltas))
+
+
+@dataclass(frozen=True)
+class WireEvent:
+    """One stream event in one API's own shape, sent verbatim (an event type a client
+    may not know yet); skipped by the other fakes and by whole replies."""
+
+    api: str
+    name: str | None
+    data: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -140,6 +169,8 @@ Step = (
     | Reasoning
     | RedactedThinking
     | ToolCall
+    | WireBlock
+    | WireEvent
     | Usage
     | HttpError
     | Reset
@@ -154,6 +185,8 @@ _STEP_TYPES: dict[str, type] = {
     "reasoning": Reasoning,
     "redacted_thinking": RedactedThinking,
     "tool_call": ToolCall,
+    "wire_block": WireBlock,
+    "wire_event": WireEvent,
     "usage": Usage,
     "http_error": HttpError,
     "reset": Reset,
@@ -265,8 +298,17 @@ def tool_call(
     id: str | None = None,
     *,
     raw_arguments: str | None = None,
+    caller: dict[str, Any] | None = None,
 ) -> ToolCall:
-    return ToolCall(name, dict(arguments or {}), id, raw_arguments)
+    return ToolCall(name, dict(arguments or {}), id, raw_arguments, caller)
+
+
+def wire_block(api: str, block: dict[str, Any], *deltas: dict[str, Any]) -> WireBlock:
+    return WireBlock(api, block, deltas)
+
+
+def wire_event(api: str, data: dict[str, Any], name: str | None = None) -> WireEvent:
+    return WireEvent(api, name if name is not None else data.get("type"), dict(data))
 
 
 def usage(

@@ -111,6 +111,12 @@ class RecordedRequest:
     body: Any  # parsed JSON, or None when absent or not JSON
     raw: bytes = field(repr=False)
     index: int = 0
+    # Every header line as sent, in order: `headers` keeps one value per name.
+    header_lines: list[tuple[str, str]] = field(default_factory=list, repr=False)
+
+    def header_count(self, name: str) -> int:
+        """How many times the header `name` (any case) was sent."""
+        return sum(1 for line, _ in self.header_lines if line.lower() == name.lower())
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -601,7 +607,9 @@ class FakeServer:
                 body = None
         path = handler.path.split("?", 1)[0]
         headers = {name.lower(): value for name, value in handler.headers.items()}
-        request = RecordedRequest(handler.command, path, headers, body, raw)
+        request = RecordedRequest(
+            handler.command, path, headers, body, raw, header_lines=list(handler.headers.items())
+        )
         exchange = Exchange(self, handler, request, self.framing)
         try:
             if path.startswith(CONTROL_PREFIX):

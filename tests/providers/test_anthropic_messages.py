@@ -220,9 +220,9 @@ def test_system_is_separate_and_headers_carry_the_key_and_version():
 
     assert body["system"] == "Be brief."
     assert all(m["role"] != "system" for m in body["messages"])
+    # content-type is the transport's (it sets it on every JSON request), never twice.
     assert request_headers(ANTHROPIC, "sk-ant-x") == {
         "anthropic-version": "2023-06-01",
-        "content-type": "application/json",
         "x-api-key": "sk-ant-x",
     }
 
