@@ -11,6 +11,12 @@ For a plain conversation the outcome is the seed's two-breakpoint agent-loop sha
   each request reads the previous turns' cache and writes only the new tail.
 With tools, the last tool is marked too (tools stay cached when the system text changes).
 
+Mixed TTLs: the API refuses a longer-lived breakpoint after a shorter-lived one in prompt
+order (tools, system, messages), and a caller's own 1h mark can meet the policy's 5-minute
+ones (or the reverse). So once placed, every breakpoint is raised to the longest TTL of
+any breakpoint after it (`order_ttls_longest_first`): the caller's long mark keeps its
+hour, and the prefixes before it, which its entry contains anyway, are kept as long.
+
 Outbound only: the policy works on copies and the canonical history never carries cache
 marks. The system breakpoint is not placed here: `Context.system_prompt` is one string,
 so each provider's `_build_system` puts the returned `system` marker on that whole block.
@@ -49,6 +55,20 @@ CACHE_CONTROL = "cache_control"
 _USER_SIDE_ROLES = ("user", "tool")
 
 Retention = str | int | float | None
+
+
+# The vendor's default lifetime of a mark without `ttl` (Anthropic: five minutes).
+DEFAULT_TTL_SECONDS = 300
+_TTL_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def ttl_seconds(marker: Mapping[str, Any]) -> int:
+    """A cache_control marker's lifetime in seconds: "5m", "1h" (or "30s"); the default
+    when it names none (or one this module cannot read)."""
+    ttl = marker.get("ttl")
+    if isinstance(ttl, str) and len(ttl) > 1 and ttl[:-1].isdigit() and ttl[-1] in _TTL_UNITS:
+        return int(ttl[:-1]) * _TTL_UNITS[ttl[-1]]
+    return DEFAULT_TTL_SECONDS
 
 
 def _ttl_bucket(seconds: float) -> str | None:
@@ -228,7 +248,46 @@ def apply_cache_policy(
         elif candidate.caller and candidate.strip is not None:
             candidate.strip()
             dropped += 1
+    if system_marker is not None:
+        # The system block is marked by the wire module from this dict: reorder it too.
+        holder = {CACHE_CONTROL: system_marker}
+        order_ttls_longest_first(
+            [*_tool_holders(out_tools), holder, *_message_holders(out_messages)]
+        )
+        system_marker = holder[CACHE_CONTROL]
+    else:
+        order_ttls_longest_first([*_tool_holders(out_tools), *_message_holders(out_messages)])
     return CachePlan(out_messages, out_tools, system_marker, dropped)
+
+
+def _tool_holders(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [tool for tool in tools if tool.get(CACHE_CONTROL)]
+
+
+def _message_holders(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What carries a mark in the messages, in the order the wire renders it: a tool
+    result's content parts come before the mark on the tool_result block itself."""
+    found: list[dict[str, Any]] = []
+    for message in messages:
+        found.extend(part for part in _parts(message) if part.get(CACHE_CONTROL))
+        if message.get("role") == "tool" and message.get(CACHE_CONTROL):
+            found.append(message)
+    return found
+
+
+def order_ttls_longest_first(holders: list[dict[str, Any]]) -> None:
+    """Raise each marked holder's TTL (in prompt order) to the longest TTL after it, so no
+    breakpoint outlives one before it: the order the API demands. In place: `holders` are
+    the outbound copies. A marker that must grow gets the later one's `ttl` value."""
+    longest: dict[str, Any] | None = None
+    for holder in reversed(holders):
+        marker = holder.get(CACHE_CONTROL)
+        if not isinstance(marker, Mapping):
+            continue
+        if longest is not None and ttl_seconds(longest) > ttl_seconds(marker):
+            holder[CACHE_CONTROL] = {**marker, "ttl": longest["ttl"]}
+        else:
+            longest = marker
 
 
 def cache_point(

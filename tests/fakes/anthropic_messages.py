@@ -322,6 +322,9 @@ class AnthropicMessagesFake(FakeServer):
                 f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be "
                 f"provided. Found {marks}."
             )
+        problem = ttl_order_problem(body)
+        if problem is not None:
+            return invalid(problem)
         return self._check_messages(messages, invalid)
 
     def _check_messages(self, messages: list[Any], invalid: Any) -> dict[str, Any] | None:
@@ -377,6 +380,49 @@ def count_cache_marks(value: Any) -> int:
     if isinstance(value, list):
         return sum(count_cache_marks(item) for item in value)
     return 0
+
+
+def _marks_in_order(value: Any) -> list[dict[str, Any]]:
+    """Every `cache_control` in `value`, depth first: inner blocks (a tool result's
+    content) before the mark on the block that holds them, as the prompt renders."""
+    found: list[dict[str, Any]] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key != "cache_control":
+                found.extend(_marks_in_order(item))
+        if isinstance(value.get("cache_control"), dict):
+            found.append(value["cache_control"])
+    elif isinstance(value, list):
+        for item in value:
+            found.extend(_marks_in_order(item))
+    return found
+
+
+def _ttl_seconds(mark: dict[str, Any]) -> int:
+    return {"5m": 300, "1h": 3600}.get(mark.get("ttl") or "5m", 0)
+
+
+def ttl_order_problem(body: dict[str, Any]) -> str | None:
+    """The API's refusal of a longer TTL after a shorter one in prompt order (tools, then
+    system, then messages), or of a TTL it does not offer; None when the order holds."""
+    marks = [
+        *_marks_in_order(body.get("tools") or []),
+        *_marks_in_order(body.get("system") if isinstance(body.get("system"), list) else []),
+        *_marks_in_order(body.get("messages") or []),
+    ]
+    shortest: dict[str, Any] | None = None
+    for mark in marks:
+        if _ttl_seconds(mark) == 0:
+            return f"cache_control.ttl: Input should be '5m' or '1h' (got {mark.get('ttl')!r})"
+        if shortest is not None and _ttl_seconds(mark) > _ttl_seconds(shortest):
+            return (
+                f"a ttl='{mark.get('ttl')}' cache_control block must not come after a "
+                f"ttl='{shortest.get('ttl') or '5m'}' cache_control block. Note that blocks "
+                "are processed in the following order: `tools`, `system`, `messages`."
+            )
+        if shortest is None or _ttl_seconds(mark) < _ttl_seconds(shortest):
+            shortest = mark
+    return None
 
 
 def _without_marks(value: Any) -> Any:

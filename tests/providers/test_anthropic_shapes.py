@@ -332,3 +332,30 @@ def test_the_fake_refuses_a_repeated_content_type_header():
         )
     assert response.status_code == 400
     assert "content-type" in response.json()["error"]["message"]
+
+
+# --- cache TTL order -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_mixed_cache_ttls_go_out_longest_first_and_the_api_accepts_them(path):
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    history = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Doc", "cache_control": hour}]},
+        {"role": "assistant", "content": "Read it."},
+        {"role": "user", "content": "Summarise."},
+    ]
+    with AnthropicMessagesFake(api_key="k") as server:
+        server.push(fake.Reply(fake.text("Short.")))
+        _, turn = _reply(server, path, messages=history)
+        sent = server.last_request.body
+
+    validate_anthropic_request(sent)
+    assert turn.text == "Short."
+    ttls = [
+        sent["tools"][-1]["cache_control"].get("ttl"),
+        sent["system"][0]["cache_control"].get("ttl"),
+    ]
+    assert ttls == ["1h", "1h"]  # before the caller's 1h mark: raised to match
+    assert "ttl" not in sent["messages"][-1]["content"][-1]["cache_control"]

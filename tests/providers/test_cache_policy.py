@@ -157,8 +157,10 @@ def test_caller_message_marks_over_budget_are_stripped_oldest_first():
     assert "cache_control" not in plan.messages[0]["content"][0]
     assert plan.messages[1]["content"][0]["cache_control"] == CALLER
     assert plan.messages[2]["content"][0]["cache_control"] == CALLER
-    assert plan.tools[0]["cache_control"] == MARK
-    assert plan.system == MARK
+    # The caller's marks are 1h: the earlier automatic ones are raised to match, since
+    # the API refuses a 1h breakpoint after a 5m one.
+    assert plan.tools[0]["cache_control"] == CALLER
+    assert plan.system == CALLER
     assert marks(plan) == 4
 
 
@@ -289,3 +291,91 @@ def test_never_more_breakpoints_than_declared(history, tools, system):
 
     assert marks(plan) <= ANTHROPIC.max_breakpoints
     assert (history, tools) == before
+
+
+# --- mixed TTLs: longer ones first, in prompt order (issue 23) ---------------------------
+
+SHORT = {"type": "ephemeral"}
+FIVE = {"type": "ephemeral", "ttl": "5m"}
+HOUR = {"type": "ephemeral", "ttl": "1h"}
+
+
+def _wire_body(history, tools, *, retention=None, system="Be brief.") -> dict[str, Any]:
+    from providers.context import build_context
+    from providers.registry import get_descriptor
+    from providers.wire.anthropic_messages import build_request
+
+    messages = ([{"role": "system", "content": system}] if system else []) + history
+    return build_request(
+        build_context(messages, tools),
+        model="claude-fake",
+        descriptor=get_descriptor("anthropic"),
+        stream=False,
+        settings={"cache_retention": retention} if retention else {},
+        cache_spec=ANTHROPIC,
+        base_url="https://api.anthropic.com",
+    )
+
+
+def test_the_refused_five_hour_hour_five_order_becomes_hours_first():
+    from tests.fakes.anthropic_messages import ttl_order_problem
+
+    history = [
+        {"role": "user", "content": [{"type": "text", "text": "one", "cache_control": HOUR}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "a", "cache_control": HOUR}]},
+        {"role": "user", "content": "two"},
+    ]
+    # Before: the last tool 5m (automatic), two caller marks 1h, the latest user turn 5m.
+    body = _wire_body(history, [tool("a")], system=None)
+
+    assert ttl_order_problem(body) is None
+    assert body["tools"][0]["cache_control"] == HOUR  # raised: a 1h mark comes after it
+    assert body["messages"][0]["content"][0]["cache_control"] == HOUR
+    assert body["messages"][-1]["content"][-1]["cache_control"] == SHORT  # the tail stays 5m
+    # Without the reordering that request is the one the API refuses.
+    body["tools"][0]["cache_control"] = SHORT
+    assert ttl_order_problem(body) is not None
+
+
+def test_the_order_checker_refuses_what_the_api_refuses():
+    from tests.fakes.anthropic_messages import ttl_order_problem
+
+    refused = {
+        "tools": [{"name": "a", "input_schema": {}, "cache_control": FIVE}],
+        "system": [{"type": "text", "text": "s", "cache_control": HOUR}],
+        "messages": [],
+    }
+    assert "must not come after" in ttl_order_problem(refused)
+    refused["tools"][0]["cache_control"] = HOUR
+    assert ttl_order_problem(refused) is None
+
+
+_MARKS = st.sampled_from([None, SHORT, FIVE, HOUR])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    tool_marks=st.lists(_MARKS, min_size=0, max_size=3),
+    message_marks=st.lists(_MARKS, min_size=1, max_size=6),
+    retention=st.sampled_from([None, "short", "long"]),
+    system=st.booleans(),
+)
+def test_any_mix_of_marks_and_retention_goes_out_longest_first(
+    tool_marks, message_marks, retention, system
+):
+    from tests.fakes.anthropic_messages import ttl_order_problem
+
+    tools = [tool(f"t{i}", mark) for i, mark in enumerate(tool_marks)]
+    history: list[dict[str, Any]] = []
+    for position, mark in enumerate(message_marks):
+        role = "user" if position % 2 == 0 else "assistant"
+        part: dict[str, Any] = {"type": "text", "text": f"m{position}"}
+        if mark is not None:
+            part["cache_control"] = dict(mark)
+        history.append({"role": role, "content": [part]})
+    before = copy.deepcopy(history)
+
+    body = _wire_body(history, tools, retention=retention, system="S" if system else None)
+
+    assert ttl_order_problem(body) is None
+    assert history == before  # outbound copies only
