@@ -251,7 +251,35 @@ def test_boundary_keeps_as_much_verbatim_as_fits():
     messages = history(10)
     users = [i for i, m in enumerate(messages) if m["role"] == "user"]
     # Everything but the first turn fits: the cut is right after it.
-    assert pick_boundary(messages, keep_tokens=10**9) == users[1]
+    budget = estimate_tokens(messages[users[1] :])
+    assert pick_boundary(messages, keep_tokens=budget) == users[1]
+
+
+def test_a_history_that_fits_the_budget_whole_has_nothing_to_summarize():
+    # The seed: the earliest turn that fits is the first one, so nothing comes before it.
+    messages = history(10)
+    assert pick_boundary(messages, keep_tokens=estimate_tokens(messages[1:])) is None
+    assert pick_boundary(messages, keep_tokens=10**9) is None
+
+
+def test_a_single_turn_that_fits_is_not_cut_inside():
+    # Many steps in the one turn, but all of it fits: no cut at an assistant step.
+    messages = [SYSTEM, *turn(0, steps=12, result_chars=200)]
+    assert pick_boundary(messages, keep_tokens=estimate_tokens(messages[1:])) is None
+    assert pick_boundary(messages, keep_tokens=estimate_tokens(messages[1:]) - 1) is not None
+
+
+def test_assistant_steps_are_cut_at_only_when_the_newest_turn_alone_exceeds_the_budget():
+    messages = [*history(3, steps=4, result_chars=500), *turn(3, steps=4, result_chars=500)]
+    users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+    newest = users[-1]
+    # The newest turn fits (just): the cut is at a user message, never inside a turn.
+    budget = estimate_tokens(messages[newest:])
+    assert pick_boundary(messages, keep_tokens=budget) == newest
+    # One token less and only then: inside the newest turn, at an assistant step.
+    inside = pick_boundary(messages, keep_tokens=budget - 1)
+    assert inside is not None and inside > newest
+    assert messages[inside]["role"] == "assistant"
 
 
 def test_nothing_to_summarize_gives_none():
@@ -347,8 +375,11 @@ def test_single_turn_that_blows_the_budget_keeps_its_latest_step():
 def test_repeated_compaction_only_moves_forward():
     messages = history(10)
     users = [i for i, m in enumerate(messages) if m["role"] == "user"]
-    assert pick_boundary(messages, keep_tokens=10**9, after=users[4]) == users[5]
-    assert pick_boundary(messages, keep_tokens=10**9, after=len(messages) - 1) is None
+    budget = estimate_tokens(messages[users[5] :])
+    assert pick_boundary(messages, keep_tokens=budget, after=users[4]) == users[5]
+    # What came after the prior boundary fits: nothing new to summarize.
+    assert pick_boundary(messages, keep_tokens=10**9, after=users[4]) is None
+    assert pick_boundary(messages, keep_tokens=0, after=len(messages) - 1) is None
 
 
 def test_pick_boundary_sizes_each_message_once(monkeypatch):

@@ -281,14 +281,19 @@ def pick_boundary(
     """The index of `messages` where the verbatim tail begins, or None when there is
     nothing meaningful to summarize.
 
+    The seed's rule, in order:
+    - None when what is left to compact (everything after the system prompt, or after
+      `after`) already fits `keep_tokens`: summarizing it would only lose detail.
     - The earliest user message whose suffix fits `keep_tokens` (earliest first: keep as
       much verbatim as fits).
-    - If even the newest user turn alone exceeds the budget (a giant tool loop), cut inside
-      it at the earliest assistant step whose suffix fits; failing that, at its latest
-      assistant step (the most recent step always stays verbatim); failing that, at the
-      newest user message.
+    - Only when the newest user turn alone exceeds the budget (a giant tool loop): cut
+      inside it at the earliest assistant step whose suffix fits; failing that, at its
+      latest assistant step (the most recent step always stays verbatim); failing that,
+      at the newest user message.
     - A cut never separates an assistant's tool calls from their results, so the tail never
-      starts with (or contains) a tool result whose call was summarized away.
+      starts with (or contains) a tool result whose call was summarized away: a user
+      message sent while a tool ran is no turn start, and the newest turn is the newest
+      user message that is one.
     - A boundary must leave something other than system messages before it, and must lie
       strictly after `after` (the prior compaction's boundary): a repeated compaction only
       ever moves forward.
@@ -303,6 +308,8 @@ def pick_boundary(
     splits_a_call = _cuts_inside_tool_calls(messages)
     first_content = next((i for i, m in enumerate(messages) if m.get("role") != "system"), n)
     lowest = max(first_content, after)
+    if suffix[min(lowest, n)] <= keep_tokens:
+        return None
 
     def cuttable(i: int) -> bool:
         return i > lowest and not splits_a_call[i]
@@ -316,17 +323,20 @@ def pick_boundary(
     boundary = fit(i for i in users if cuttable(i))
     if boundary is not None:
         return boundary
-    newest_user = users[-1]
+    turn_starts = [i for i in users if not splits_a_call[i]]
+    newest_turn = turn_starts[-1] if turn_starts else users[-1]
+    if suffix[newest_turn] <= keep_tokens:
+        return None  # the newest turn fits, yet no cut is allowed before it
     inside = [
         i
-        for i in range(newest_user + 1, n)
+        for i in range(newest_turn + 1, n)
         if messages[i].get("role") == "assistant" and cuttable(i)
     ]
     boundary = fit(inside)
     if boundary is None and inside:
         boundary = inside[-1]
-    if boundary is None and cuttable(newest_user):
-        boundary = newest_user
+    if boundary is None and cuttable(newest_turn):
+        boundary = newest_turn
     return boundary
 
 
