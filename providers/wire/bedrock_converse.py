@@ -23,6 +23,7 @@ signatures are model-bound.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
@@ -38,6 +39,8 @@ from ..transport import encode_body
 from ..types import AssistantTurn, Context, ModelCapabilities, StreamChunk, TokenUsage, ToolCall
 from ._http_client import HttpProviderClient, Prepared, aclose_iterator, close_iterator
 from .openai_completions import parse_tool_arguments
+
+logger = logging.getLogger(__name__)
 
 CONVERSE_PATH = "/model/{model}/converse"
 CONVERSE_STREAM_PATH = "/model/{model}/converse-stream"
@@ -483,7 +486,10 @@ class ConverseStreamParser:
         if self.done and event_type != "metadata":
             return []
         handler = getattr(self, f"_on_{event_type}", None)
-        return handler(payload) if handler is not None else []
+        if handler is None:
+            logger.debug("bedrock: skipped a stream event of type %r", event_type)
+            return []
+        return handler(payload)
 
     def _on_messageStart(self, payload: Mapping[str, Any]) -> list[StreamChunk]:
         return []
@@ -522,7 +528,8 @@ class ConverseStreamParser:
             return [StreamChunk(tool_call_delta={**call, "arguments": fragment})]
         if "reasoningContent" in delta:
             return self._reasoning_delta(index, delta["reasoningContent"] or {})
-        return []  # citation and future delta kinds carry nothing we keep
+        logger.debug("bedrock: skipped a content delta of kind %s", sorted(delta))
+        return []
 
     def _reasoning_delta(self, index: int, delta: Mapping[str, Any]) -> list[StreamChunk]:
         block = self._blocks.setdefault(index, {"reasoningContent": {}})

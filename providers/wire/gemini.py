@@ -414,6 +414,8 @@ _PATH_STEP = re.compile(
     r"""|\['(?P<single>(?:[^'\\]|\\.)*)'\]"""
     r"""|\["(?P<double>(?:[^"\\]|\\.)*)"\]"""
 )
+# Keys of a part that are about the part, not what it holds.
+_PART_METADATA = frozenset({"thought", "thoughtSignature", "partMetadata", "mediaResolution"})
 _PARTIAL_VALUE_KEYS = ("stringValue", "numberValue", "boolValue", "nullValue")
 
 
@@ -614,7 +616,11 @@ class GeminiStreamParser:
         if isinstance(call, Mapping):
             return self._function_call(call, signature)
         text = part.get("text")
-        text = text if isinstance(text, str) else ""
+        if not isinstance(text, str):
+            if not signature:
+                kinds = sorted(k for k in part if k not in _PART_METADATA)
+                logger.debug("gemini: skipped a part of kind %s", kinds)
+            text = ""
         if part.get("thought"):
             if signature:
                 self._signatures.append(("empty", self._call_count(), str(signature)))

@@ -10,6 +10,8 @@ one exception is declared, not branched on: a vendor with `replay_reasoning_cont
 (DeepSeek's thinking mode) gets each reply's reasoning kept in `extras["_<provider>"] =
 {"model": <bare model>, "reasoning_content": ...}` and sent back as `reasoning_content` on
 that assistant message, to the same model only; canonical `reasoning` stays display only.
+A `refusal` (OpenAI's safety refusal, streamed as `delta.refusal`) is the reply's text,
+since it is what the user must see; `finish_reason` passes through (`content_filter`).
 A vendor with `replay_thinking_chunks` (Mistral) keeps it the same way and gets it back as
 a `thinking` content chunk ahead of the text, to the same model only.
 
@@ -414,6 +416,12 @@ def _content_of(value: Any) -> _Content:
     return _Content("".join(text), "".join(reasoning), signature)
 
 
+def _refusal_of(source: Mapping[str, Any]) -> str:
+    """`refusal` text (OpenAI's structured refusals), or ""."""
+    value = source.get("refusal")
+    return value if isinstance(value, str) else ""
+
+
 def _reasoning_of(source: Mapping[str, Any], reasoning_field: str | None) -> str:
     fields = (reasoning_field,) if reasoning_field else FALLBACK_REASONING_FIELDS
     for name in fields:
@@ -515,7 +523,8 @@ class CompletionsStreamParser:
                 continue
             delta = choice.get("delta") or {}
             content = _content_of(delta.get("content"))
-            text = content.text
+            # A refusal is what the user is told instead of an answer: it is the text.
+            text = content.text + _refusal_of(delta)
             reasoning = _reasoning_of(delta, self.reasoning_field) + content.reasoning
             if content.signature:
                 self._signature = content.signature
@@ -619,7 +628,7 @@ def parse_completion(
     content = _content_of(message.get("content"))
     reasoning = (_reasoning_of(message, reasoning_field) + content.reasoning) or None
     return AssistantTurn(
-        text=content.text or None,
+        text=(content.text + _refusal_of(message)) or None,
         tool_calls=calls,
         finish_reason=_finish_reason(choice.get("finish_reason"), bool(calls)),
         raw=dict(payload),

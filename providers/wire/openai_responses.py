@@ -22,6 +22,7 @@ the plain transcript.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,6 +42,8 @@ from ..types import (
 )
 from ._http_client import HttpProviderClient, Prepared
 from .openai_completions import auth_headers, parse_tool_arguments
+
+logger = logging.getLogger(__name__)
 
 RESPONSES_PATH = "/responses"
 SIDECAR = "_openai"
@@ -430,6 +433,11 @@ def _failure(response: Mapping[str, Any], *, model: str, partial: AssistantTurn)
     return errors.StreamError(f"the response from {model} failed", model=model, partial=partial)
 
 
+# Events that repeat what other events carry (`*.done` closes what the deltas built,
+# `*.added` opens what the item events track): skipped without a debug line.
+_QUIET_SUFFIXES = (".done", ".added", ".in_progress")
+
+
 class ResponsesStreamParser:
     """Accumulates Responses stream events into deltas and one final turn.
 
@@ -470,7 +478,11 @@ class ResponsesStreamParser:
                 dict(payload), model=self.model, partial=self.partial_turn()
             )
         handler = getattr(self, "_on_" + kind.replace(".", "_"), None)
-        return handler(payload) if handler is not None else []
+        if handler is None:
+            if not kind.endswith(_QUIET_SUFFIXES):
+                logger.debug("responses: skipped a stream event of type %r", kind)
+            return []
+        return handler(payload)
 
     # -- lifecycle ----------------------------------------------------------------------
 

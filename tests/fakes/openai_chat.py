@@ -38,6 +38,7 @@ from .script import (
     Text,
     ToolCall,
     Usage,
+    WireEvent,
 )
 from .server import (
     CHARS_PER_TOKEN,
@@ -342,6 +343,7 @@ class ChatRenderer:
         self.text: list[str] = []
         self.reasoning: list[str] = []
         self.tool_calls: list[dict[str, Any]] = []
+        self.refusal: list[str] = []
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> Event:
         chunk: dict[str, Any] = {
@@ -391,6 +393,12 @@ class ChatRenderer:
                 tail = {"index": index, "function": {"arguments": fragment}}
                 events.append(self._chunk({"tool_calls": [tail]}))
             return events
+        if isinstance(step, WireEvent) and step.api == "openai":
+            # A chunk's `delta` in the API's own shape (`refusal`, a field a client may
+            # not know yet); a whole reply folds a `refusal` into the message.
+            if isinstance(step.data.get("refusal"), str):
+                self.refusal.append(step.data["refusal"])
+            return [self._chunk(dict(step.data))]
         return []  # redacted thinking has no Chat Completions form
 
     def error_events(self, step: ErrorEvent) -> list[Event]:
@@ -429,7 +437,7 @@ class ChatRenderer:
         message: dict[str, Any] = {
             "role": "assistant",
             "content": "".join(self.text) if self.text else None,
-            "refusal": None,
+            "refusal": "".join(self.refusal) or None,
             "annotations": [],
         }
         if self.tool_calls:
