@@ -14,7 +14,9 @@ and replayed, after the thinking, to the same model (the results carry encrypted
 the model cites from); citations on text blocks are kept in its `citations` list. A client
 `tool_use` called from inside code execution (programmatic tool calling) arrives with its
 whole `input` in `content_block_start` and a `caller`, without `input_json_delta`; the
-caller is kept (sidecar `callers`, by call id) and put back on the replayed call. Block,
+caller is kept (sidecar `callers`, by call id) and put back on the replayed call, and the
+reply's code execution `container` (sidecar `container`) is sent with the results, since
+the paused code resumes there. Block,
 delta and event types this module does not know are skipped with a debug log: what is
 known of the reply still lands.
 """
@@ -229,6 +231,21 @@ def _build_messages(ctx: Context, *, model: str) -> list[dict[str, Any]]:
     return out
 
 
+def _pending_container(messages: list[dict[str, Any]], model: str) -> str | None:
+    """The code execution container to continue in: the latest assistant message's, when
+    `model` wrote it and it made programmatic tool calls (the API resumes the paused code
+    in that container and refuses the results without it)."""
+    for message in reversed(messages):
+        if message.get("role") != "assistant":
+            continue
+        sidecar = _own_sidecar(message, model)
+        container = sidecar.get("container")
+        if sidecar.get("callers") and isinstance(container, Mapping) and container.get("id"):
+            return str(container["id"])
+        return None
+    return None
+
+
 def _build_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for tool in tools:
@@ -338,6 +355,9 @@ def build_request(
     body["messages"] = _build_messages(ctx, model=model)
     if ctx.tools:
         body["tools"] = _build_tools(ctx.tools)
+    container = _pending_container(ctx.messages, model)
+    if container:
+        body["container"] = container
     # Updates `max_tokens` in place (its key keeps its position) when a budget needs room.
     body.update(_thinking(settings, capabilities, max_tokens=max_tokens, messages=body["messages"]))
     # `temperature` is never sent: current models refuse it with a 400 ("deprecated for
@@ -373,11 +393,14 @@ def _assemble(
     stop_reason: str | None,
     usage: Mapping[str, Any] | None,
     raw: Any,
+    container: Any = None,
 ) -> AssistantTurn:
     """Ordered content blocks → AssistantTurn (shared by the stream and the Message)."""
     text: list[str] = []
     reasoning: list[str] = []
     sidecar: dict[str, Any] = {"thinking": [], "server": [], "callers": {}, "citations": []}
+    if isinstance(container, Mapping) and container.get("id"):
+        sidecar["container"] = {k: container[k] for k in ("id", "expires_at") if k in container}
     calls: list[ToolCall] = []
     for position, block in enumerate(blocks):
         kind = block.get("type")
@@ -450,6 +473,7 @@ class MessagesStreamParser:
         self._stop_reason: str | None = None
         self._usage: dict[str, Any] | None = None
         self._raw: dict[str, Any] = {}
+        self._container: Any = None  # the code execution container, for a continuation
 
     def feed(self, event: Any) -> list[StreamChunk]:
         if self.done or not (event.data or "").strip():
@@ -471,6 +495,7 @@ class MessagesStreamParser:
     def _on_message_start(self, payload: Mapping[str, Any]) -> list[StreamChunk]:
         message = payload.get("message") or {}
         self._raw = {k: message[k] for k in ("id", "model") if message.get(k)}
+        self._container = message.get("container") or self._container
         self._usage = merge_anthropic_usage(None, message.get("usage"))
         return []
 
@@ -545,6 +570,10 @@ class MessagesStreamParser:
         delta = payload.get("delta") or {}
         if delta.get("stop_reason"):
             self._stop_reason = delta["stop_reason"]
+        if delta.get("container"):
+            self._container = delta["container"]
+        if delta.get("stop_details"):
+            self._raw["stop_details"] = delta["stop_details"]
         self._usage = merge_anthropic_usage(self._usage, payload.get("usage"))
         return []
 
@@ -566,6 +595,7 @@ class MessagesStreamParser:
             stop_reason=self._stop_reason,
             usage=self._usage,
             raw=self._raw or None,
+            container=self._container,
         )
 
     def finish(self) -> AssistantTurn:
@@ -589,6 +619,7 @@ def parse_message(payload: Mapping[str, Any], *, model: str) -> AssistantTurn:
         stop_reason=payload.get("stop_reason"),
         usage=payload.get("usage"),
         raw=dict(payload),
+        container=payload.get("container"),
     )
 
 

@@ -141,6 +141,8 @@ class AnthropicMessagesFake(FakeServer):
         self.strict_roles = strict_roles
         self.cache_min_tokens = cache_min_tokens
         self._cached_prefixes: set[str] = set()
+        # Code execution containers handed out (programmatic tool calls run in one).
+        self.containers: set[str] = set()
 
     # -- prompt-cache simulation ------------------------------------------------------
 
@@ -325,7 +327,28 @@ class AnthropicMessagesFake(FakeServer):
         problem = ttl_order_problem(body)
         if problem is not None:
             return invalid(problem)
+        problem = self._container_problem(body)
+        if problem is not None:
+            return invalid(problem)
         return self._check_messages(messages, invalid)
+
+    def _container_problem(self, body: dict[str, Any]) -> str | None:
+        """Results of programmatic tool calls must name the container their code runs in."""
+        assistants = [m for m in body.get("messages") or [] if m.get("role") == "assistant"]
+        blocks = assistants[-1].get("content") if assistants else None
+        pending = [
+            b
+            for b in (blocks if isinstance(blocks, list) else [])
+            if _is_block(b, "tool_use") and isinstance(b.get("caller"), dict)
+        ]
+        if not pending:
+            return None
+        if body.get("container") not in self.containers:
+            return (
+                "container: a container id is required when responding to a programmatic "
+                "tool call (tool_use with a caller)"
+            )
+        return None
 
     def _check_messages(self, messages: list[Any], invalid: Any) -> dict[str, Any] | None:
         previous_tool_uses: list[str] = []
@@ -494,6 +517,7 @@ class MessagesRenderer:
         self.blocks: list[dict[str, Any]] = []
         self._open: int | None = None
         self._pinged = False
+        self.container: dict[str, Any] | None = None
 
     # -- stream ---------------------------------------------------------------------
 
@@ -532,6 +556,12 @@ class MessagesRenderer:
                 "input": dict(step.arguments),
                 "caller": dict(step.caller),
             }
+            if self.container is None:
+                self.container = {
+                    "id": "container_" + secrets.token_hex(12),
+                    "expires_at": "2026-12-01T23:59:00Z",
+                }
+                self.fake.containers.add(self.container["id"])
             return self._open_block("tool_use", block, fresh=True)
         if isinstance(step, WireBlock) and step.api == "anthropic":
             events = self._open_block(step.block["type"], dict(step.block), fresh=True)
@@ -574,7 +604,11 @@ class MessagesRenderer:
                 "message_delta",
                 {
                     "type": "message_delta",
-                    "delta": {"stop_reason": self.stop_reason, "stop_sequence": None},
+                    "delta": {
+                        "stop_reason": self.stop_reason,
+                        "stop_sequence": None,
+                        **({"container": self.container} if self.container else {}),
+                    },
                     "usage": delta_usage,
                 },
             )
@@ -589,6 +623,8 @@ class MessagesRenderer:
         message = self._skeleton()
         message["content"] = [self._final(block) for block in self.blocks]
         message["stop_reason"] = self.stop_reason
+        if self.container:
+            message["container"] = self.container
         return message
 
     @property

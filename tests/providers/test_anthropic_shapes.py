@@ -134,6 +134,9 @@ def test_a_programmatic_tool_call_goes_back_with_its_caller_and_the_code_block()
         sent = server.last_request.body
 
     validate_anthropic_request(sent)
+    # The results go to the container the paused code runs in (the fake refuses them
+    # without it, as the API does).
+    assert sent["container"] == first.extras["_anthropic"]["container"]["id"]
     blocks = sent["messages"][1]["content"]
     assert blocks[0]["type"] == "server_tool_use"
     assert blocks[0]["input"] == {"code": 'get_weather("Bern")'}
