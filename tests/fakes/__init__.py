@@ -13,6 +13,7 @@ from __future__ import annotations
 from .anthropic_messages import AnthropicMessagesFake
 from .bedrock import BedrockFake
 from .gemini import GeminiFake
+from .mistral import MistralFake
 from .openai_chat import OpenAIChatFake
 from .openai_responses import OpenAIResponsesFake
 from .script import (
@@ -34,6 +35,8 @@ from .script import (
     tool_call,
     truncate,
     usage,
+    wire_block,
+    wire_event,
 )
 from .server import Disconnect, FakeServer, RecordedRequest
 
@@ -43,6 +46,7 @@ FAKES: dict[str, type[FakeServer]] = {
     "bedrock": BedrockFake,
     "openai-responses": OpenAIResponsesFake,
     "gemini": GeminiFake,
+    "mistral": MistralFake,
 }
 
 __all__ = [
@@ -52,6 +56,7 @@ __all__ = [
     "Disconnect",
     "FakeServer",
     "GeminiFake",
+    "MistralFake",
     "OpenAIChatFake",
     "OpenAIResponsesFake",
     "RecordedRequest",
@@ -73,4 +78,6 @@ __all__ = [
     "tool_call",
     "truncate",
     "usage",
+    "wire_block",
+    "wire_event",
 ]
