@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "axes",
     "providers.edge.apps.ProvidersConfig",
     "sessions.apps.ChatSessionsConfig",
+    "sessions.sso.apps.SsoConfig",
 ]
 
 MIDDLEWARE = [
@@ -124,6 +125,8 @@ AUTH_PASSWORD_VALIDATORS = [
 AUTHENTICATION_BACKENDS = [
     "openworker.throttle.LoginThrottleBackend",
     "django.contrib.auth.backends.ModelBackend",
+    # OpenID Connect sign-in (sessions/sso/backend.py): acts only on an SSO callback.
+    "sessions.sso.backend.OidcBackend",
 ]
 # Five wrong passwords for one username from one address, then a 15-minute pause:
 # enough for typos, far too few for guessing.
@@ -135,6 +138,18 @@ AXES_VERBOSE = False
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+# One identity provider may come from the environment instead of the admin (README, SSO).
+SSO_ENV_PROVIDER = (
+    {
+        "slug": envstr("OPENWORKER_OIDC_SLUG", "sso"),
+        "name": envstr("OPENWORKER_OIDC_NAME", "SSO"),
+        "issuer": envstr("OPENWORKER_OIDC_ISSUER"),
+        "client_id": envstr("OPENWORKER_OIDC_CLIENT_ID"),
+        "client_secret": envstr("OPENWORKER_OIDC_CLIENT_SECRET"),
+    }
+    if envstr("OPENWORKER_OIDC_ISSUER")
+    else None
+)
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -6,15 +6,16 @@ from django.urls import include, path
 
 from openworker import views
 from sessions import admin_views
+from sessions.sso import views as sso_views
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path(
         "accounts/login/",
-        auth_views.LoginView.as_view(redirect_authenticated_user=True),
+        sso_views.SignInView.as_view(),
         name="login",
     ),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/logout/", sso_views.SignOutView.as_view(), name="logout"),
     path(
         "accounts/password/",
         auth_views.PasswordChangeView.as_view(),
@@ -31,6 +32,7 @@ urlpatterns = [
         name="account_set_password",
     ),
     path("admin/", admin.site.urls),
+    path("", include("sessions.sso.urls")),
     path("", include("providers.edge.urls")),
     path("", include("sessions.urls")),
 ]

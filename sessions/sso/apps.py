@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class SsoConfig(AppConfig):
+    name = "sessions.sso"
+    label = "sso"
+    verbose_name = "Single sign-on"
+    default_auto_field = "django.db.models.BigAutoField"
