@@ -12,6 +12,11 @@ from sessions.sso.policy import POLICY_PK
 
 
 class IdentityProviderForm(forms.ModelForm):
+    issuer = forms.URLField(
+        max_length=500,
+        assume_scheme="https",
+        help_text=IdentityProvider._meta.get_field("issuer").help_text,
+    )
     client_secret = forms.CharField(
         required=False,
         strip=True,
