@@ -135,6 +135,8 @@ AXES_COOLOFF_TIME = timedelta(minutes=envint("LOGIN_LOCKOUT_MINUTES", 15, minimu
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
+# An OpenID Connect callback is not a password guess (sessions/sso/backend.py says why).
+AXES_WHITELIST_CALLABLE = "sessions.sso.backend.is_sso_attempt"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"

@@ -211,6 +211,27 @@ def test_a_wrong_client_secret_is_a_plain_page(client, idp, oidc_op):
     assert response.status_code == 502 and b"client id or secret" in response.content
 
 
+def test_failed_sso_callbacks_never_lock_the_office_out(client, idp, oidc_op, settings):
+    from axes.models import AccessAttempt
+
+    oidc_op.set_account("max", email="max@corp.test")
+    idp.set_client_secret("not-the-secret")
+    idp.save()
+    for _ in range(settings.AXES_FAILURE_LIMIT + 1):
+        assert sign_in(client, oidc_op, "max").status_code == 502
+    assert not AccessAttempt.objects.exists()
+    idp.set_client_secret(oidc_op.client_secret)  # the admin fixes it: SSO works at once
+    idp.save()
+    assert sign_in(client, oidc_op, "max").status_code == 302
+
+
+def test_a_secret_the_key_ring_cannot_read_is_a_plain_page(client, idp, oidc_op):
+    idp.client_secret_encrypted = "gAAAAAB-not-under-this-key-ring"
+    idp.save()
+    response = client.get("/sso/corp/start/")
+    assert response.status_code == 503 and b"enter it again" in response.content
+
+
 def test_the_provider_being_down_is_a_plain_page(client, idp, oidc_op):
     oidc_op.set_account("lee", email="lee@corp.test")
     authorize = start(client)

@@ -20,6 +20,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import SuspiciousOperation
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
+from providers.edge import crypto
 from sessions.sso import discovery
 from sessions.sso.failures import Failure, SignInRefused
 from sessions.sso.models import IdentityProvider
@@ -37,6 +38,17 @@ ACCEPTED_ALGS = ("RS256", "RS384", "RS512", "ES256", "ES384", "ES512")
 REQUEST_PROVIDER_ATTR = "sso_provider"
 REQUEST_FAILURE_ATTR = "sso_failure"
 REQUEST_ID_TOKEN_ATTR = "sso_id_token"  # noqa: S105 (an attribute name)
+
+
+def is_sso_attempt(request: Any, credentials: dict[str, Any] | None = None) -> bool:
+    """django-axes' whitelist (AXES_WHITELIST_CALLABLE): an SSO callback is no password guess.
+
+    Its failures carry no username, so axes would count them all against (no username,
+    client IP): a wrong client secret would lock a whole office out of SSO for the
+    cool-off period, even after the admin fixed it. Replaying a callback gains nothing
+    (state is single-use), so there is nothing to throttle.
+    """
+    return getattr(request, REQUEST_PROVIDER_ATTR, None) is not None
 
 
 def provider_settings(
@@ -108,6 +120,8 @@ class OidcBackend(ProviderConfigured, OIDCAuthenticationBackend):
             return super().authenticate(request, **kwargs)
         except SignInRefused as exc:
             failure = exc.failure
+        except crypto.DecryptionError:
+            failure = Failure.MISCONFIGURED
         except discovery.ProviderUnavailable:
             failure = Failure.PROVIDER_DOWN
         except requests.HTTPError as exc:

@@ -40,6 +40,11 @@ class Failure(Enum):
         "An account with this email address already exists here, and it can't be joined "
         "to your {provider} sign-in automatically. Ask your administrator.",
     )
+    MISCONFIGURED = (
+        503,
+        "Sign-in with {provider} isn't set up correctly here (its stored secret can't be "
+        "read). Your administrator needs to enter it again.",
+    )
     UNKNOWN_PROVIDER = (404, "This sign-in option doesn't exist or has been turned off.")
 
     @property

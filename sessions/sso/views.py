@@ -94,10 +94,11 @@ class SsoStartView(ProviderConfigured, OIDCAuthenticationRequestView):
         except discovery.ProviderUnavailable as exc:
             log.warning("sso: %s unavailable at start: %s", slug, exc)
             return failure_page(request, Failure.PROVIDER_DOWN, provider)
-        self.configure(
-            provider_settings(provider, meta)
-            | {"OIDC_OP_AUTHORIZATION_ENDPOINT": meta.authorization_endpoint}
-        )
+        try:
+            conf = provider_settings(provider, meta)
+        except crypto.DecryptionError:
+            return failure_page(request, Failure.MISCONFIGURED, provider)
+        self.configure(conf)
         self.OIDC_OP_AUTH_ENDPOINT = meta.authorization_endpoint
         self.OIDC_RP_CLIENT_ID = provider.client_id
         response = super().get(request)
