@@ -167,6 +167,28 @@ def test_a_user_deactivated_here_cannot_sign_in_through_the_provider(client, idp
     assert "_auth_user_id" not in client.session
 
 
+def test_a_deactivated_users_open_sso_session_ends_at_the_next_request(client, idp, oidc_op):
+    oidc_op.set_account("gil", email="gil@corp.test")
+    sign_in(client, oidc_op, "gil")
+    assert client.get("/").status_code == 200
+    gil = User.objects.get(sso_identities__subject="gil")
+    gil.is_active = False
+    gil.save()
+    response = client.get("/")
+    assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+
+
+def test_sign_in_returns_to_a_local_next_page_never_to_another_site(client, idp, oidc_op):
+    oidc_op.set_account("ned", email="ned@corp.test")
+    for next_url, landing in (("/settings/", "/settings/"), ("https://evil.test/", "/")):
+        authorize = start(client, next=next_url)
+        with oidc_op.browser() as browser:
+            callback = drive(browser, authorize, login="ned")
+        parts = urlsplit(callback)
+        assert client.get(parts.path, parse_qs(parts.query))["Location"] == landing
+        client.logout()
+
+
 def test_a_wrong_state_is_a_plain_page_not_a_sign_in(client, idp, oidc_op):
     oidc_op.set_account("hal", email="hal@corp.test")
     authorize = start(client)
