@@ -130,6 +130,7 @@ def test_require_sso_refuses_passwords_except_for_break_glass_admins(client, idp
 
     refused = client.post("/accounts/login/", {"username": "eve", "password": "pw-eve-12345"})
     assert refused.status_code == 200 and "_auth_user_id" not in client.session
+    assert b"open only to the named administrators" in refused.content
     assert not client.login(username="eve", password="pw-eve-12345")
     admin_refused = client.post("/admin/login/", {"username": "eve", "password": "pw-eve-12345"})
     assert "_auth_user_id" not in client.session and admin_refused.status_code == 200

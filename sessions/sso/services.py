@@ -15,7 +15,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from openworker.runtime.live import events
@@ -106,6 +106,23 @@ def teams_sync(*, user: Any, provider: IdentityProvider, provider_groups: set[st
     return bool(lost)
 
 
+def _first_sign_in(provider: IdentityProvider, claims: dict[str, Any], subject: str) -> SsoIdentity:
+    with transaction.atomic():  # a savepoint: a lost race rolls back only this
+        user = _linkable_account(provider, claims)
+        if user is None:
+            User = get_user_model()
+            user = User(username=_username_for(claims))
+            user.set_unusable_password()
+            _apply_profile(user, claims)
+            user.save()
+            log.info("sso: created user %s from %s", user.pk, provider.slug)
+        else:
+            log.info("sso: linked existing user %s to %s by verified email", user.pk, provider.slug)
+        return SsoIdentity.objects.create(
+            user=user, provider=provider, issuer=provider.issuer, subject=subject
+        )
+
+
 @transaction.atomic
 def sso_user_sign_in(*, provider: IdentityProvider, claims: dict[str, Any]) -> AbstractBaseUser:
     """The local account for these verified claims, created or linked on first sign-in."""
@@ -117,19 +134,18 @@ def sso_user_sign_in(*, provider: IdentityProvider, claims: dict[str, Any]) -> A
         .first()
     )
     if identity is None:
-        user = _linkable_account(provider, claims)
-        if user is None:
-            User = get_user_model()
-            user = User(username=_username_for(claims))
-            user.set_unusable_password()
-            _apply_profile(user, claims)
-            user.save()
-            log.info("sso: created user %s from %s", user.pk, provider.slug)
-        else:
-            log.info("sso: linked existing user %s to %s by verified email", user.pk, provider.slug)
-        identity = SsoIdentity.objects.create(
-            user=user, provider=provider, issuer=provider.issuer, subject=subject
-        )
+        try:
+            identity = _first_sign_in(provider, claims, subject)
+        except IntegrityError:
+            # The same person's other tab won the race (or a username was taken meanwhile):
+            # use the link it made, or let them simply try again.
+            identity = (
+                SsoIdentity.objects.select_related("user")
+                .filter(issuer=provider.issuer, subject=subject)
+                .first()
+            )
+            if identity is None:
+                raise SignInRefused(Failure.BAD_STATE, "first sign-in raced") from None
     user = identity.user
     if not user.is_active:
         raise SignInRefused(Failure.DEACTIVATED, f"user {user.pk} inactive")
