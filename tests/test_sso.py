@@ -13,9 +13,11 @@ import httpx
 import jwt
 import pytest
 from asgiref.sync import async_to_sync
+from axes.models import AccessAttempt
 from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.core.exceptions import SuspiciousOperation
 
 from openworker.runtime.live import events
 from sessions.sso import discovery
@@ -235,8 +237,6 @@ def test_a_wrong_client_secret_is_a_plain_page(client, idp, oidc_op):
 
 
 def test_failed_sso_callbacks_never_lock_the_office_out(client, idp, oidc_op, settings):
-    from axes.models import AccessAttempt
-
     oidc_op.set_account("max", email="max@corp.test")
     idp.set_client_secret("not-the-secret")
     idp.save()
@@ -297,8 +297,6 @@ def _token(key, kid, issuer, **overrides):  # type: ignore[no-untyped-def]
 
 
 def test_id_tokens_are_checked_against_the_providers_jwks(idp, oidc_op):
-    from django.core.exceptions import SuspiciousOperation
-
     backend = _backend_for(idp)
     kid = oidc_op.signing_jwk["kid"]
     genuine = _token(oidc_op.signing_key, kid, oidc_op.issuer)

@@ -6,7 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.core.cache import cache
 
+from sessions.sso.models import IdentityProvider
 from tests.oidc.provider import OpenIDProvider, free_port, node_or_skip, npm_ci
 
 
@@ -23,10 +25,6 @@ def oidc_op(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenIDProvider
 @pytest.fixture
 def idp(db, oidc_op: OpenIDProvider, settings):  # type: ignore[no-untyped-def]
     """The admin's configuration for the running OP (secret stored encrypted)."""
-    from django.core.cache import cache
-
-    from sessions.sso.models import IdentityProvider
-
     cache.clear()  # discovery is cached per issuer; each test starts from the OP itself
     provider = IdentityProvider(
         slug="corp", name="Corp ID", issuer=oidc_op.issuer, client_id=oidc_op.client_id
