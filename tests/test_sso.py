@@ -322,3 +322,10 @@ def test_id_tokens_are_checked_against_the_providers_jwks(idp, oidc_op):
         )
     with pytest.raises(SuspiciousOperation):
         backend.verify_token(genuine, nonce="another")
+    shared = _token(oidc_op.signing_key, kid, oidc_op.issuer, aud=["openworker", "other-app"])
+    with pytest.raises(SuspiciousOperation):
+        backend.verify_token(shared, nonce="n")
+    ours = _token(
+        oidc_op.signing_key, kid, oidc_op.issuer, aud=["openworker", "other-app"], azp="openworker"
+    )
+    assert backend.verify_token(ours, nonce="n")["azp"] == "openworker"

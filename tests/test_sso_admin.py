@@ -4,7 +4,9 @@ provider from the environment, the policy row, and the sign-in page's buttons.""
 from __future__ import annotations
 
 import pytest
+from cryptography.fernet import Fernet
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
 
 from sessions.sso import selectors
 from sessions.sso.models import IdentityProvider, SsoPolicy
@@ -123,3 +125,16 @@ def test_require_sso_without_a_policy_row_keeps_passwords(client, db):
     get_user_model().objects.create_user("amy", password="pw-amy-123456")
     assert not SsoPolicy.objects.exists()
     assert client.login(username="amy", password="pw-amy-123456")
+
+
+def test_rotate_keys_re_encrypts_client_secrets_so_the_old_key_can_go(db, settings):
+    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    settings.ENCRYPTION_KEYS = [old]
+    provider = IdentityProvider(slug="r", name="R", issuer="https://r.test", client_id="c")
+    provider.set_client_secret(SECRET)
+    provider.save()
+    settings.ENCRYPTION_KEYS = [new, old]
+    call_command("rotate_keys")
+    settings.ENCRYPTION_KEYS = [new]
+    provider.refresh_from_db()
+    assert provider.client_secret() == SECRET

@@ -159,7 +159,7 @@ class OidcBackend(ProviderConfigured, OIDCAuthenticationBackend):
         if alg not in ACCEPTED_ALGS or alg != self.OIDC_RP_SIGN_ALGO:
             raise SuspiciousOperation(f"ID token signed with {alg!r}")
         try:
-            return jwt.decode(
+            claims = jwt.decode(
                 payload,
                 key,
                 algorithms=[alg],
@@ -170,6 +170,11 @@ class OidcBackend(ProviderConfigured, OIDCAuthenticationBackend):
             )
         except jwt.InvalidTokenError as exc:
             raise SuspiciousOperation(f"ID token invalid: {type(exc).__name__}") from None
+        # §3.1.3.7 (4, 5): a token for several audiences must name us as its authorized party.
+        audiences = claims["aud"] if isinstance(claims["aud"], list) else [claims["aud"]]
+        if len(audiences) > 1 and claims.get("azp") != self.OIDC_RP_CLIENT_ID:
+            raise SuspiciousOperation("ID token for several audiences without our azp")
+        return claims
 
     def store_tokens(self, access_token: str, id_token: str) -> None:
         # Kept on the request only: the view encrypts it into the session for sign-out.
