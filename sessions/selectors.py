@@ -336,18 +336,24 @@ def model_provider(model: str) -> str:
 
 
 def usable_model(*, user: AbstractBaseUser) -> str | None:
-    """The model a new session should start with: the user's default when a key for its
-    provider exists, else the first curated model with a key; None when no provider has
-    a key anywhere (the page then says so, with a link to Settings)."""
+    """The model a new session should start with: the first with a key for its provider
+    among the user's own default, the curated models (admin order) and the site default;
+    None when no provider has a key anywhere (the page then says so, with a link to
+    Settings)."""
+    from sessions.models import UserPreferences
+
     keys = providers_with_keys(user=user)
     if not keys:
         return None
-    preferred = user_default_model(user=user)
-    if model_provider(preferred) in keys:
-        return preferred
-    for entry in model_choices(user=user):
-        if model_provider(entry.id) in keys:
-            return entry.id
+    chosen = (
+        UserPreferences.objects.filter(user=user).values_list("default_model", flat=True).first()
+    )
+    candidates = [chosen] if chosen else []
+    candidates += [entry.id for entry in model_choices(user=user)]
+    candidates.append(settings.DEFAULT_MODEL)
+    for model in candidates:
+        if model and model_provider(model) in keys:
+            return model
     return None
 
 

@@ -12,8 +12,8 @@ function csrfToken() {
 }
 
 async function post(url, fields) {
-  const body = new FormData();
-  for (const [key, value] of Object.entries(fields)) body.append(key, value);
+  // Form-encoded, not multipart: an empty multipart body is a 400 to Django's parser.
+  const body = new URLSearchParams(fields);
   const response = await fetch(url, { method: "POST", body, credentials: "same-origin", headers: { "X-CSRFToken": csrfToken() } });
   const data = await response.json().catch(() => ({}));
   if (!response.ok) throw new Error(data.error || "That did not work; try again.");
