@@ -19,6 +19,8 @@ const $ = (selector, root = document) => root.querySelector(selector);
 const csrf = $("[data-composer] input[name=csrfmiddlewaretoken]").value;
 
 const transcript = $("#transcript");
+// The chat column scrolls (the sidebar and composer stay put), not the document.
+const scroller = $("main.chat") || document.scrollingElement;
 const items = $("[data-items]", transcript);
 const live = $("[data-live]", transcript);
 const approvals = $("[data-approvals]");
@@ -66,12 +68,11 @@ function el(tag, props = {}, children = []) {
 }
 
 function nearBottom() {
-  const scroller = document.scrollingElement;
   return scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < STICKY_SCROLL_PX;
 }
 
 function keepPinned(wasNearBottom) {
-  if (wasNearBottom) window.scrollTo({ top: document.scrollingElement.scrollHeight });
+  if (wasNearBottom) scroller.scrollTop = scroller.scrollHeight;
 }
 
 function renderedSeqs() {
@@ -167,7 +168,6 @@ async function loadEarlier(button) {
     const response = await fetch(`${data.messagesUrl}?before=${state.firstSeq}`, { credentials: "same-origin" });
     if (!response.ok) throw new Error(`HTTP ${response.status}`);
     const body = await response.json();
-    const scroller = document.scrollingElement;
     const fromBottom = scroller.scrollHeight - scroller.scrollTop;
     items.insertAdjacentHTML("afterbegin", body.html);
     hydrate(items);
@@ -637,6 +637,6 @@ for (const footer of items.querySelectorAll("[data-turn-footer]")) startCountdow
 updateContextMeter();
 updateSessionCost();
 if (data.lastTurn) turnState(data.lastTurn.id).status = data.lastTurn.status;
-window.scrollTo({ top: document.scrollingElement.scrollHeight });
+scroller.scrollTop = scroller.scrollHeight;
 socket.connect();
 window.addEventListener("online", () => socket.retryNow());
