@@ -19,6 +19,7 @@ from django.utils.safestring import mark_safe
 
 from providers.types import ModelCapabilities
 from sessions import selectors
+from sessions.content import text_parts as _text_parts
 from sessions.markdown import render_markdown
 from sessions.models import CompactionCheckpoint, Message, Session, Turn
 
@@ -38,18 +39,6 @@ def format_cost(cost: Any) -> str | None:
     if value >= 1:
         return f"${value.quantize(Decimal('0.01'))}"
     return f"${value.quantize(COST_PLACES)}"
-
-
-def _text_parts(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n\n".join(
-            str(p.get("text", ""))
-            for p in content
-            if isinstance(p, dict) and p.get("type") == "text"
-        )
-    return ""
 
 
 def _attachments(session: Session, content: Any) -> list[dict[str, Any]]:

@@ -283,7 +283,7 @@ def _snippet(text: str, query: str) -> str | None:
 def session_search_results(*, user: AbstractBaseUser, query: str) -> list[dict[str, Any]]:
     """Sidebar search: matching sessions (sessions.search), newest first, each with a
     snippet of the message text that matched (or of the title)."""
-    from sessions.presenters import _text_parts
+    from sessions.content import text_parts as _text_parts
     from sessions.search import SEARCHED_ROLES, normalise_query, session_search
 
     query = normalise_query(query)
@@ -320,7 +320,7 @@ def providers_with_keys(*, user: AbstractBaseUser) -> set[str]:
     """Providers this user can call: a profile of their own or the organisation's."""
     from django.db.models import Q
 
-    from providers.models import ProviderProfile
+    from providers.edge.models import ProviderProfile
 
     return set(
         ProviderProfile.objects.filter(Q(owner=user) | Q(owner__isnull=True)).values_list(
