@@ -27,6 +27,8 @@ class Session(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     archived = models.BooleanField(default=False)
+    # Pinned sessions head the sidebar, whatever their age.
+    pinned = models.BooleanField(default=False)
     # Next per-session message sequence number; bumped under a row lock.
     next_seq = models.PositiveIntegerField(default=1)
     # Outbound-only compaction state (runtime.agent.compaction.CompactionState.to_dict()).
@@ -400,6 +402,14 @@ class UserPreferences(models.Model):
     )
     # Model new sessions start with; empty: the site default (OPENWORKER_DEFAULT_MODEL).
     default_model = models.CharField(max_length=200, blank=True)
+
+    class Theme(models.TextChoices):
+        SYSTEM = "system", "Follow the system"
+        LIGHT = "light", "Light"
+        DARK = "dark", "Dark"
+
+    # The page's colours: the system's choice (prefers-color-scheme) unless the user picked.
+    theme = models.CharField(max_length=10, choices=Theme.choices, default=Theme.SYSTEM)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -8,6 +8,7 @@ of a just-committed message, so a message looks the same however it arrived.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -18,6 +19,7 @@ from django.utils.safestring import mark_safe
 
 from providers.types import ModelCapabilities
 from sessions import selectors
+from sessions.content import text_parts as _text_parts
 from sessions.markdown import render_markdown
 from sessions.models import CompactionCheckpoint, Message, Session, Turn
 
@@ -37,18 +39,6 @@ def format_cost(cost: Any) -> str | None:
     if value >= 1:
         return f"${value.quantize(Decimal('0.01'))}"
     return f"${value.quantize(COST_PLACES)}"
-
-
-def _text_parts(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n\n".join(
-            str(p.get("text", ""))
-            for p in content
-            if isinstance(p, dict) and p.get("type") == "text"
-        )
-    return ""
 
 
 def _attachments(session: Session, content: Any) -> list[dict[str, Any]]:
@@ -72,6 +62,68 @@ def _attachments(session: Session, content: Any) -> list[dict[str, Any]]:
     return out
 
 
+# What a user reads when a turn ends badly, by failure class. Never the provider's raw
+# text: that carries exception and errno strings ("[Errno 111] Connection refused").
+ERROR_WORDS = {
+    "auth": "The provider rejected the API key. Check the key in Settings.",
+    "no_access": "Your API key has no access to this model. Pick another model, or ask an "
+    "admin for access.",
+    "no_quota": "The provider account behind this key is out of credit or quota.",
+    "rate_limited": "The provider is limiting how often you can send.",
+    "overloaded": "The provider is overloaded right now. Try again shortly.",
+    "upstream": "The provider had an error on its side. Try again in a moment.",
+    "unreachable": "The provider could not be reached. Check its address in Settings, or try "
+    "again later.",
+    "timed_out": "The provider took too long to answer.",
+    "stream": "The reply broke off before it finished.",
+    "context_too_long": "The conversation is too long for this model. Start a new session, "
+    "or switch to a model with a larger context window.",
+    "bad_request": "The provider refused this request.",
+    "blocked": "This provider address is not allowed by the server's outbound policy.",
+    "interrupted": "The reply was interrupted (the server restarted or lost its worker).",
+    "step_limit": "The agent reached its step limit for one reply.",
+    "cancelled": "Stopped.",
+    "internal": "Something went wrong on our side while writing this reply.",
+}
+GENERIC_ERROR = "This reply did not finish."
+# providers.errors.RateLimitError's words carry the provider's Retry-After ("in 12 s").
+_RETRY_IN = re.compile(r"\bin (\d+(?:\.\d+)?) s\b")
+# The transport's own failures (httpx/OS words) as opposed to an answer with a 5xx status,
+# which also arrives as "unavailable" but carries the provider's message instead.
+_TRANSPORT_WORDS = re.compile(
+    r"errno|connect|connection|refused|resolve|resolved to no address|no route|unreachable"
+    r"|network|reset by peer|ssl|certificate|eof",
+    re.IGNORECASE,
+)
+
+
+def error_class(kind: str, error: str) -> str:
+    """The failure class a user is told about: the turn's `error_kind`, with the
+    transport's single "unavailable" split into upstream error, unreachable, timed out."""
+    text = error or ""
+    if kind == "unavailable":
+        if "timed out" in text or "took too long" in text:
+            return "timed_out"
+        return "unreachable" if _TRANSPORT_WORDS.search(text) else "upstream"
+    if kind == "stream" and "no data from the upstream" in text:
+        return "timed_out"
+    return kind if kind in ERROR_WORDS else ("internal" if kind else "")
+
+
+def error_view(kind: str, error: str, status: str = "") -> dict[str, Any]:
+    """{class, words, retry_in}: plain words for a failed or interrupted turn."""
+    cls = error_class(kind or ("interrupted" if status == "interrupted" else ""), error)
+    if status == "cancelled":
+        cls = "cancelled"
+    words = ERROR_WORDS.get(cls, GENERIC_ERROR) if cls else GENERIC_ERROR
+    retry_in = None
+    if cls == "rate_limited":
+        match = _RETRY_IN.search(error or "")
+        if match:
+            retry_in = max(1, round(float(match.group(1))))
+    return {"class": cls, "words": words, "retry_in": retry_in}
+
+
 def message_view(session: Session, message: Message) -> dict[str, Any]:
     extras = message.extras or {}
     view: dict[str, Any] = {
@@ -91,9 +143,14 @@ def message_view(session: Session, message: Message) -> dict[str, Any]:
             tool_truncated=len(text) > TOOL_TEXT_DISPLAY_CHARS,
         )
         return view
-    view["html"] = mark_safe(render_markdown(_text_parts(message.content)))  # noqa: S308 - sanitised by nh3
+    text = _text_parts(message.content)
+    # The source travels with the server's HTML: the page renders it with the same
+    # renderer as streamed text (static/js/renderer.js) and copies it as Markdown.
+    view["markdown"] = text
+    view["html"] = mark_safe(render_markdown(text))  # noqa: S308 - sanitised by nh3
     view["attachments"] = _attachments(session, message.content)
     if message.reasoning:
+        view["reasoning"] = message.reasoning
         view["reasoning_html"] = mark_safe(render_markdown(message.reasoning))  # noqa: S308
     view["tool_calls"] = [
         {
@@ -110,6 +167,7 @@ def message_view(session: Session, message: Message) -> dict[str, Any]:
 def checkpoint_view(checkpoint: CompactionCheckpoint) -> dict[str, Any]:
     return {
         "boundary_seq": checkpoint.boundary_seq,
+        "summary": checkpoint.summary,
         "summary_html": mark_safe(render_markdown(checkpoint.summary)),  # noqa: S308
         "tokens_before": checkpoint.tokens_before,
         "tokens_after": checkpoint.tokens_after,
@@ -122,6 +180,7 @@ def turn_view(turn: Turn) -> dict[str, Any]:
         "status": turn.status,
         "error": turn.error,
         "error_kind": turn.error_kind,
+        "failure": error_view(turn.error_kind, turn.error, turn.status),
         "cost": format_cost(turn.cost),
         "retryable": turn.status in RETRYABLE,
         "active": turn.status in Turn.ACTIVE,

@@ -221,3 +221,160 @@ def turn_pending_calls(*, turn: Turn) -> list[dict[str, Any]]:
         )
     )
     return [call for call in last.tool_calls if call["id"] not in answered]
+
+
+# --- the sidebar and the first run -------------------------------------------------------
+
+# The sidebar lists this many recent sessions (older ones: search, or the full list on
+# the home page): enough for weeks of work, bounded so a page stays one cheap query.
+SIDEBAR_LIMIT = 100
+# Search results in the sidebar, each with a snippet.
+SEARCH_RESULTS = 20
+# Characters of context either side of a search hit in its snippet.
+SNIPPET_CONTEXT = 60
+SIDEBAR_GROUPS = ("Pinned", "Today", "Yesterday", "Previous 7 days", "Older")
+
+
+def sidebar_groups(*, user: AbstractBaseUser, today: Any = None) -> list[tuple[str, list[Session]]]:
+    """The user's active sessions for the sidebar: pinned first, then by age group
+    (Today / Yesterday / Previous 7 days / Older), newest first within each; empty groups
+    left out."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    today = today or timezone.localdate()
+    rows = list(
+        Session.objects.filter(owner=user, archived=False)
+        .order_by("-pinned", "-updated_at")
+        .only("id", "title", "pinned", "updated_at", "archived")[:SIDEBAR_LIMIT]
+    )
+    groups: dict[str, list[Session]] = {name: [] for name in SIDEBAR_GROUPS}
+    for session in rows:
+        day = timezone.localdate(session.updated_at)
+        if session.pinned:
+            name = "Pinned"
+        elif day >= today:
+            name = "Today"
+        elif day == today - timedelta(days=1):
+            name = "Yesterday"
+        elif day > today - timedelta(days=8):
+            name = "Previous 7 days"
+        else:
+            name = "Older"
+        groups[name].append(session)
+    return [(name, items) for name, items in groups.items() if items]
+
+
+def _snippet(text: str, query: str) -> str | None:
+    """Up to SNIPPET_CONTEXT characters either side of the first hit of `query` (or of its
+    first word), on one line; None when it does not occur."""
+    flat = " ".join(text.split())
+    lowered = flat.lower()
+    for needle in (query.lower(), *query.lower().split()):
+        at = lowered.find(needle) if needle else -1
+        if at >= 0:
+            start = max(0, at - SNIPPET_CONTEXT)
+            end = min(len(flat), at + len(needle) + SNIPPET_CONTEXT)
+            return ("…" if start else "") + flat[start:end] + ("…" if end < len(flat) else "")
+    return None
+
+
+def session_search_results(*, user: AbstractBaseUser, query: str) -> list[dict[str, Any]]:
+    """Sidebar search: matching sessions (sessions.search), newest first, each with a
+    snippet of the message text that matched (or of the title)."""
+    from sessions.content import text_parts as _text_parts
+    from sessions.search import SEARCHED_ROLES, normalise_query, session_search
+
+    query = normalise_query(query)
+    if not query:
+        return []
+    found = session_search(
+        sessions=Session.objects.filter(owner=user).order_by("-updated_at"), query=query
+    )[:SEARCH_RESULTS]
+    results = []
+    for session in found:
+        snippet = None
+        texts = (
+            Message.objects.filter(session=session, role__in=SEARCHED_ROLES)
+            .order_by("-seq")
+            .values_list("content", flat=True)
+            .iterator(chunk_size=100)
+        )
+        for content in texts:
+            snippet = _snippet(_text_parts(content), query)
+            if snippet:
+                break
+        results.append(
+            {
+                "id": str(session.pk),
+                "title": str(session),
+                "archived": session.archived,
+                "snippet": snippet or _snippet(session.title, query) or "",
+            }
+        )
+    return results
+
+
+def providers_with_keys(*, user: AbstractBaseUser) -> set[str]:
+    """Providers this user can call: a profile of their own or the organisation's."""
+    from django.db.models import Q
+
+    from providers.edge.models import ProviderProfile
+
+    return set(
+        ProviderProfile.objects.filter(Q(owner=user) | Q(owner__isnull=True)).values_list(
+            "provider", flat=True
+        )
+    )
+
+
+def model_provider(model: str) -> str:
+    from providers.capabilities import split_model
+
+    return split_model(model, default_provider=settings.DEFAULT_PROVIDER)[0]
+
+
+def usable_model(*, user: AbstractBaseUser) -> str | None:
+    """The model a new session should start with: the first with a key for its provider
+    among the user's own default, the curated models (admin order) and the site default;
+    None when no provider has a key anywhere (the page then says so, with a link to
+    Settings)."""
+    from sessions.models import UserPreferences
+
+    keys = providers_with_keys(user=user)
+    if not keys:
+        return None
+    chosen = (
+        UserPreferences.objects.filter(user=user).values_list("default_model", flat=True).first()
+    )
+    candidates = [chosen] if chosen else []
+    candidates += [entry.id for entry in model_choices(user=user)]
+    candidates.append(settings.DEFAULT_MODEL)
+    for model in candidates:
+        if model and model_provider(model) in keys:
+            return model
+    return None
+
+
+def workspace_files(*, session: Session, limit: int = 500) -> list[dict[str, Any]]:
+    """Files the agent wrote in this session's workspace: relative path and size, sorted."""
+    root = workspace_root(session.pk)
+    if not root.is_dir():
+        return []
+    out = []
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            out.append({"path": path.relative_to(root).as_posix(), "size": path.stat().st_size})
+            if len(out) >= limit:
+                break
+    return out
+
+
+def user_theme(*, user: AbstractBaseUser) -> str:
+    from sessions.models import UserPreferences
+
+    if not getattr(user, "is_authenticated", False):
+        return UserPreferences.Theme.SYSTEM
+    chosen = UserPreferences.objects.filter(user=user).values_list("theme", flat=True).first()
+    return chosen or UserPreferences.Theme.SYSTEM

@@ -2,10 +2,35 @@ from __future__ import annotations
 
 from django.urls import path
 
-from sessions import views
+from sessions import views, workspace_views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("favicon.ico", workspace_views.favicon, name="favicon"),
+    path("sessions/search", workspace_views.sidebar_search, name="sidebar_search"),
+    path("account/theme", workspace_views.theme, name="theme"),
+    path("sessions/<uuid:session_id>/pin", workspace_views.session_pin, name="session_pin"),
+    path("sessions/<uuid:session_id>/title", workspace_views.session_title, name="session_title"),
+    path(
+        "sessions/<uuid:session_id>/archive.json",
+        workspace_views.session_archive_json,
+        name="session_archive_json",
+    ),
+    path(
+        "sessions/<uuid:session_id>/delete.json",
+        workspace_views.session_delete_json,
+        name="session_delete_json",
+    ),
+    path(
+        "sessions/<uuid:session_id>/turns/<uuid:turn_id>/footer",
+        workspace_views.turn_footer,
+        name="turn_footer",
+    ),
+    path(
+        "sessions/<uuid:session_id>/files/",
+        workspace_views.workspace_files,
+        name="workspace_files",
+    ),
     path("sessions/new", views.session_new, name="session_new"),
     path("sessions/import", views.session_import, name="session_import"),
     path("sessions/export.zip", views.export_all, name="export_all"),

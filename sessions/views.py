@@ -29,6 +29,7 @@ from openworker.runtime.agent.tools.workspace import WorkspacePathError, workspa
 from sessions import attachments, export, presenters, selectors, services
 from sessions.models import Session, Turn
 from sessions.search import normalise_query
+from sessions.workspace_views import workspace_page_data
 
 # Sessions per page of the list: a screenful on a laptop, two thumbs' worth on a phone.
 SESSIONS_PER_PAGE = 25
@@ -54,7 +55,9 @@ def home(request: HttpRequest) -> HttpResponse:
     archived = request.GET.get("archived") == "1"
     sessions = selectors.session_list_page(user=request.user, query=query, archived=archived)
     page = Paginator(sessions, SESSIONS_PER_PAGE).get_page(request.GET.get("page"))
-    default_model = selectors.user_default_model(user=request.user)
+    default_model = selectors.usable_model(user=request.user) or selectors.user_default_model(
+        user=request.user
+    )
     return render(
         request,
         "sessions/home.html",
@@ -75,7 +78,11 @@ def _clean_query(query: str) -> str:
 @login_required
 @require_POST
 def session_new(request: HttpRequest) -> HttpResponse:
-    model = presenters.chosen_model(request.POST) or selectors.user_default_model(user=request.user)
+    model = (
+        presenters.chosen_model(request.POST)
+        or selectors.usable_model(user=request.user)
+        or selectors.user_default_model(user=request.user)
+    )
     if len(model) > Session._meta.get_field("model").max_length:
         messages.error(request, "That model name is too long.")
         return redirect("home")
@@ -128,6 +135,7 @@ def chat(request: HttpRequest, session_id: object) -> HttpResponse:
         "sessionCost": str(cost) if cost is not None else None,
         "lastTurn": last_turn_view if last_turn_view and last_turn_view["retryable"] else None,
         "maxAttachmentBytes": settings.MAX_ATTACHMENT_BYTES,
+        **workspace_page_data(session),
     }
     return render(
         request,
@@ -144,6 +152,8 @@ def chat(request: HttpRequest, session_id: object) -> HttpResponse:
             "context_pct": _percent(session.last_context_tokens, caps.context_window),
             "session_cost": presenters.format_cost(cost) if cost else None,
             "last_turn": last_turn_view if show_last_turn else None,
+            "has_usable_key": selectors.model_provider(session.model)
+            in selectors.providers_with_keys(user=request.user),
         },
     )
 

@@ -1,19 +1,26 @@
-// The chat page: committed messages come rendered from the server (the same renderer for
-// stored and live messages); the socket (docs/PROTOCOL.md) brings live events. Streamed
-// text is shown as escaped text (textContent) until its message is committed, then
-// replaced by the server-rendered HTML of that message, fetched by seq.
+// The chat page: the socket (docs/PROTOCOL.md) brings live events; committed messages
+// come from the server as HTML carrying their Markdown source, which renderer.js renders
+// in the page, the same renderer that draws streamed text while it arrives (stream.js).
+// So a reply looks the same while it streams and after a reload.
 //
-// Nothing the model or a tool produces is ever inserted as markup here: only the server's
-// sanitised HTML is, and everything else goes through textContent.
+// Nothing the model or a tool produces is ever inserted as markup unsanitised: Markdown
+// goes through renderer.js (DOMPurify), server HTML is sanitised by the server, and
+// everything else goes through textContent.
 
 import { initPickers, pickerValue } from "./picker.js";
+import { hydrate } from "./renderer.js";
 import { SessionSocket } from "./socket.js";
+import { StreamView } from "./stream.js";
+import { Sidebar } from "./sidebar.js";
+import { FilesPanel } from "./files.js";
 
 const data = JSON.parse(document.getElementById("page-data").textContent);
 const $ = (selector, root = document) => root.querySelector(selector);
 const csrf = $("[data-composer] input[name=csrfmiddlewaretoken]").value;
 
 const transcript = $("#transcript");
+// The chat column scrolls (the sidebar and composer stay put), not the document.
+const scroller = $("main.chat") || document.scrollingElement;
 const items = $("[data-items]", transcript);
 const live = $("[data-live]", transcript);
 const approvals = $("[data-approvals]");
@@ -61,12 +68,11 @@ function el(tag, props = {}, children = []) {
 }
 
 function nearBottom() {
-  const scroller = document.scrollingElement;
   return scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < STICKY_SCROLL_PX;
 }
 
 function keepPinned(wasNearBottom) {
-  if (wasNearBottom) window.scrollTo({ top: document.scrollingElement.scrollHeight });
+  if (wasNearBottom) scroller.scrollTop = scroller.scrollHeight;
 }
 
 function renderedSeqs() {
@@ -85,6 +91,14 @@ function turnState(turn) {
 
 function showConnection(text) {
   connection.textContent = text;
+}
+
+// A new attempt starts (send, retry, a running status): last attempt's errors go at once.
+function clearErrors() {
+  showConnection("");
+  for (const footer of items.querySelectorAll("[data-turn-footer]")) {
+    if (footer.querySelector(".error")) footer.remove();
+  }
 }
 
 function formatCost(value) {
@@ -142,6 +156,7 @@ async function fetchAfter() {
       items.insertAdjacentHTML("beforeend", message.html);
       if (message.role === "tool") markToolDone(items.lastElementChild);
     }
+    hydrate(items);
     keepPinned(pinned);
     if (!body.more) return;
   }
@@ -153,9 +168,9 @@ async function loadEarlier(button) {
     const response = await fetch(`${data.messagesUrl}?before=${state.firstSeq}`, { credentials: "same-origin" });
     if (!response.ok) throw new Error(`HTTP ${response.status}`);
     const body = await response.json();
-    const scroller = document.scrollingElement;
     const fromBottom = scroller.scrollHeight - scroller.scrollTop;
     items.insertAdjacentHTML("afterbegin", body.html);
+    hydrate(items);
     scroller.scrollTop = scroller.scrollHeight - fromBottom; // keep the reader's place
     state.firstSeq = body.first_seq;
     state.hasMore = body.has_more;
@@ -178,31 +193,22 @@ function markToolDone(node) {
 function streamFor(turn) {
   if (state.stream && state.stream.turn === turn) return state.stream;
   dropStream();
-  const reasoningBody = el("div", { className: "streamed-reasoning" });
-  const reasoning = el("details", { className: "reasoning", hidden: true }, [
-    el("summary", { text: "Reasoning" }),
-    reasoningBody,
-  ]);
-  const text = el("div", { className: "msg-body streamed-text" });
-  const bubble = el("article", { className: "msg msg-assistant streaming", "aria-label": "Assistant (writing)" }, [
-    el("p", { className: "msg-who", text: "Assistant" }),
-    reasoning,
-    text,
-  ]);
-  live.append(bubble);
+  state.stream = new StreamView(turn, live, { onRender: window.__owRenderProbe || null });
   live.setAttribute("aria-busy", "true");
-  state.stream = { turn, el: bubble, text, reasoning, reasoningBody };
   return state.stream;
 }
 
 function dropStream({ keep = false } = {}) {
   if (!state.stream) return;
-  if (keep && state.stream.text.textContent) {
-    state.stream.el.classList.add("incomplete");
-    state.stream.el.setAttribute("aria-label", "Assistant (incomplete)");
-    items.append(state.stream.el);
+  const stream = state.stream;
+  stream.finish();
+  if (keep && stream.text.source) {
+    stream.el.classList.add("incomplete");
+    stream.el.classList.remove("streaming");
+    stream.el.setAttribute("aria-label", "Assistant (incomplete)");
+    items.append(stream.el);
   } else {
-    state.stream.el.remove();
+    stream.el.remove();
   }
   state.stream = null;
   live.setAttribute("aria-busy", "false");
@@ -211,12 +217,8 @@ function dropStream({ keep = false } = {}) {
 function onDelta(event) {
   const pinned = nearBottom();
   const stream = streamFor(event.turn);
-  if (event.reasoning) {
-    stream.reasoning.hidden = false;
-    stream.reasoningBody.append(document.createTextNode(event.reasoning));
-  }
-  if (event.text) stream.text.append(document.createTextNode(event.text));
-  keepPinned(pinned);
+  stream.push(event.text, event.reasoning);
+  if (pinned) requestAnimationFrame(() => keepPinned(true));
 }
 
 function onMessage(event) {
@@ -235,27 +237,57 @@ function setRunning(turn) {
   if (turn) for (const footer of document.querySelectorAll("[data-turn-footer]")) footer.querySelector("[data-action=retry]")?.remove();
 }
 
-function turnFooter(turn, status, error) {
-  document.querySelector(`[data-turn-footer="${CSS.escape(turn)}"]`)?.remove();
-  const info = turnState(turn);
-  const children = [];
-  if (RETRYABLE.has(status)) children.push(el("p", { className: "error", role: "alert", text: error || "This reply did not finish." }));
-  else if (status === "cancelled") children.push(el("p", { className: "meta", text: "Stopped." }));
-  else if (error) children.push(el("p", { className: "meta", text: error }));
-  const cost = info.costUnknown ? null : formatCost(info.cost);
-  if (cost && info.cost > 0) children.push(el("span", { className: "meta cost", text: `Reply cost ${cost}` }));
-  if (RETRYABLE.has(status)) {
-    children.push(el("button", { type: "button", className: "secondary", text: "Retry", dataset: { action: "retry", turn } }));
+// Seconds left before a rate-limited turn may be retried: the Retry button waits.
+function startCountdown(footer) {
+  const counter = footer.querySelector("[data-retry-countdown]");
+  const retry = footer.querySelector("[data-action=retry]");
+  if (!counter) return;
+  let left = Number(counter.dataset.retryCountdown);
+  if (retry) retry.disabled = true;
+  const tick = () => {
+    if (!footer.isConnected) return;
+    if (left <= 0) {
+      counter.textContent = "You can retry now.";
+      if (retry) retry.disabled = false;
+      return;
+    }
+    counter.textContent = `You can retry in ${left} s.`;
+    left -= 1;
+    setTimeout(tick, 1000);
+  };
+  tick();
+}
+
+// How a turn ended, in the server's words (the same partial as after a reload).
+async function turnFooter(turn) {
+  let body;
+  try {
+    const response = await fetch(`${data.sessionUrl}turns/${encodeURIComponent(turn)}/footer`, { credentials: "same-origin" });
+    if (!response.ok) return;
+    body = await response.json();
+  } catch {
+    return;
   }
-  if (!children.length) return;
-  const footer = el("div", { className: `turn-footer status-${status}`, dataset: { turnFooter: turn } }, children);
+  if (body.active) return;
+  document.querySelector(`[data-turn-footer="${CSS.escape(turn)}"]`)?.remove();
+  const pinned = nearBottom();
+  const holder = document.createElement("div");
+  holder.innerHTML = body.html; // server-rendered, autoescaped template
+  const footer = holder.firstElementChild;
+  if (!footer) return;
+  // The streamed bubble already shows what had arrived; the footer's copy is for reloads.
+  if (items.querySelector(".msg.incomplete")) footer.querySelector("details.partial")?.remove();
+  hydrate(footer);
   items.append(footer);
+  startCountdown(footer);
+  keepPinned(pinned);
 }
 
 function onStatus(event) {
   const info = turnState(event.turn);
   info.status = event.status;
   if (ACTIVE.has(event.status)) {
+    if (event.status === "running") clearErrors();
     setRunning(event.turn);
     if (event.status === "awaiting_approval") dropStream({ keep: false });
     return;
@@ -263,8 +295,8 @@ function onStatus(event) {
   dropStream({ keep: RETRYABLE.has(event.status) });
   clearApprovals(event.turn);
   if (state.activeTurn === event.turn) setRunning(null);
-  catchUp().then(() => turnFooter(event.turn, event.status, event.error));
-  if (RETRYABLE.has(event.status)) showConnection(event.error || "The reply did not finish.");
+  catchUp().then(() => turnFooter(event.turn));
+  files.refresh();
 }
 
 function onUsage(event) {
@@ -285,13 +317,13 @@ function onUsage(event) {
 
 // --- compaction ------------------------------------------------------------------------------
 
-// A live checkpoint: the summary is shown as plain text until the next page load renders it
-// (as Markdown) from the database.
+// A live checkpoint: its summary rendered as Markdown, as after a reload.
 function showCheckpoint(checkpoint) {
   const summary = el("summary", { text: "Earlier messages were summarised for the model" });
   const aside = el("aside", { className: "checkpoint", "aria-label": "Compaction checkpoint", dataset: { boundary: String(checkpoint.boundary_seq) } }, [
-    el("details", {}, [summary, el("div", { className: "streamed-text", text: checkpoint.summary || "" })]),
+    el("details", {}, [summary, el("div", { className: "markdown", dataset: { markdown: checkpoint.summary || "" } })]),
   ]);
+  hydrate(aside);
   const boundary = items.querySelector(`[data-seq="${Number(checkpoint.boundary_seq)}"]`);
   if (boundary) boundary.before(aside);
   else items.append(aside);
@@ -337,12 +369,16 @@ function onEvent(event) {
         setRunning(turn.turn);
         if (turn.pending && turn.pending.length) showApprovals(turn.turn, turn.pending);
       }
-      if (!event.turns.length && state.activeTurn) {
-        // The turn ended while the socket was down: the transcript has its outcome.
-        dropStream();
+      if (state.activeTurn && !event.turns.some((t) => t.turn === state.activeTurn)) {
+        // The turn ended while the socket was down: show its outcome as a reload would.
+        const ended = state.activeTurn;
+        const interrupted = state.stream && state.stream.turn === ended;
+        dropStream({ keep: Boolean(interrupted) });
         setRunning(null);
+        catchUp().then(() => turnFooter(ended));
+      } else {
+        catchUp();
       }
-      catchUp();
       break;
     case "turn.status":
       onStatus(event);
@@ -374,6 +410,9 @@ function onEvent(event) {
       if (state.sending) resetComposer();
       catchUp();
       break;
+    case "session.title":
+      sidebar.setTitle(data.session, String(event.title || ""));
+      break;
     case "error":
       state.sending = false;
       sendButton.disabled = Boolean(state.activeTurn);
@@ -391,7 +430,7 @@ const socket = new SessionSocket(data.socket, {
     // and for browser tests that must not type into a page whose socket is not open yet.
     connection.dataset.state = status;
     if (status === "open") showConnection("");
-    else if (status === "reconnecting") showConnection(`Connection lost; reconnecting in ${Math.ceil(wait / 1000)} s…`);
+    else if (status === "reconnecting") showConnection(wait > 0 ? "Connection lost; reconnecting…" : "");
     else if (status === "signed-out") showConnection("You were signed out. Sign in again to continue.");
     else showConnection("This session is not available.");
   },
@@ -477,6 +516,7 @@ composer.addEventListener("submit", (submit) => {
   }
   state.sending = true;
   sendButton.disabled = true;
+  clearErrors();
 });
 
 textarea.addEventListener("keydown", (key) => {
@@ -511,7 +551,15 @@ document.addEventListener("click", (click) => {
   if (action === "load-earlier") loadEarlier(button);
   else if (action === "stop" && state.activeTurn) socket.send({ type: "stop", turn: state.activeTurn });
   else if (action === "retry") {
-    if (socket.send({ type: "retry", turn })) button.closest("[data-turn-footer]")?.remove();
+    if (socket.send({ type: "retry", turn })) {
+      clearErrors();
+      button.closest("[data-turn-footer]")?.remove();
+      items.querySelector(".msg.incomplete")?.remove();
+    }
+  } else if (action === "copy-code") {
+    copyText(button, button.closest(".code-block")?.querySelector("code")?.textContent || "");
+  } else if (action === "copy-message") {
+    copyText(button, button.closest(".msg")?.querySelector("[data-markdown]")?.dataset.markdown || "");
   } else if (action === "approve" || action === "deny") {
     if (socket.send({ type: action, turn, call_id: callId })) {
       button.closest(".approval-card")?.remove();
@@ -522,6 +570,27 @@ document.addEventListener("click", (click) => {
     if (removed && removed.preview) URL.revokeObjectURL(removed.preview);
     renderAttachments();
   }
+});
+
+async function copyText(button, text) {
+  try {
+    await navigator.clipboard.writeText(text);
+    button.textContent = "Copied";
+  } catch {
+    button.textContent = "Copy failed";
+  }
+  setTimeout(() => {
+    button.textContent = "Copy";
+  }, 1500);
+}
+
+// Esc stops the streaming reply (unless a field or menu is using Esc itself).
+document.addEventListener("keydown", (key) => {
+  if (key.key !== "Escape" || !state.activeTurn || key.defaultPrevented) return;
+  if (document.body.classList.contains("drawer-open")) return;
+  if (document.activeElement && document.activeElement.closest(".rename-form, [data-search-input]")) return;
+  key.preventDefault();
+  socket.send({ type: "stop", turn: state.activeTurn });
 });
 
 // --- model switching -------------------------------------------------------------------------
@@ -549,13 +618,25 @@ modelForm.addEventListener("submit", async (submit) => {
   modelNote.textContent = parts.join(" ");
   updateContextMeter();
   renderAttachments();
+  $("[data-no-key]")?.remove();
 });
 
 // --- start ---------------------------------------------------------------------------------
 
-initPickers(document);
+const sidebar = new Sidebar($("[data-sidebar]"), { currentSession: data.session, searchUrl: data.searchUrl, onStatus: showConnection });
+const files = new FilesPanel($("[data-files-panel]"), data.filesUrl);
+
+// Picking a curated model switches to it at once (the button stays for a custom id).
+initPickers(document, (root) => {
+  if (root.closest("[data-model-form]") && pickerValue(root) && root.querySelector("[data-picker-select]").value !== "__custom__") {
+    modelForm.requestSubmit();
+  }
+});
+hydrate(document);
+for (const footer of items.querySelectorAll("[data-turn-footer]")) startCountdown(footer);
 updateContextMeter();
 updateSessionCost();
 if (data.lastTurn) turnState(data.lastTurn.id).status = data.lastTurn.status;
-window.scrollTo({ top: document.scrollingElement.scrollHeight });
+scroller.scrollTop = scroller.scrollHeight;
 socket.connect();
+window.addEventListener("online", () => socket.retryNow());

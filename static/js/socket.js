@@ -3,10 +3,13 @@
 // The first connection of a page asks for no resume: the server replays every active
 // turn from seq 1, and the page drops what it already shows as committed messages. After a
 // dropped socket it reconnects with `?resume=<turn>:<seq>,...` (the last seq seen per turn)
-// and exponential backoff, so only the gap is replayed.
+// and capped exponential backoff, so only the gap is replayed.
 
-const BACKOFF_FIRST_MS = 500;
-const BACKOFF_MAX_MS = 30000;
+// The first retry comes quickly (a blip), then doubles up to the cap: with the cap at
+// 1.5 s (and jitter below it), a page is live again within about 2 s of the server being
+// back, while a restart's reconnects from many pages still spread out.
+const BACKOFF_FIRST_MS = 250;
+const BACKOFF_MAX_MS = 1500;
 // Close codes after which reconnecting cannot help (signed out, no such session).
 const FINAL_CODES = new Set([4401, 4404]);
 
@@ -39,6 +42,7 @@ export class SessionSocket {
   connect() {
     const ws = new WebSocket(this.url());
     this.ws = ws;
+    this.timer = null;
     ws.addEventListener("open", () => {
       this.attempt = 0;
       this.everOpened = true;
@@ -64,8 +68,16 @@ export class SessionSocket {
       // Jitter: many pages dropped by one server restart should not return in lockstep.
       const wait = delay / 2 + Math.random() * (delay / 2);
       this.onStatus("reconnecting", wait);
-      setTimeout(() => this.connect(), wait);
+      this.timer = setTimeout(() => this.connect(), wait);
     });
+  }
+
+  // The browser says the network is back: try now rather than at the next backoff step.
+  retryNow() {
+    if (!this.timer || (this.ws && this.ws.readyState === WebSocket.OPEN)) return;
+    clearTimeout(this.timer);
+    this.timer = null;
+    this.connect();
   }
 
   send(message) {

@@ -186,6 +186,7 @@ def test_export_as_markdown_and_json_downloads_the_messages_and_no_key(
     assistant_with(page, "Exports are")
     shot(page, "a short conversation")
 
+    page.click(".session-menu summary")  # the exports live in the header's "More" menu
     with page.expect_download() as markdown_download:
         page.click("text=Export Markdown")
     markdown_path = tmp_path / markdown_download.value.suggested_filename

@@ -26,7 +26,7 @@ from sessions import selectors
 from sessions.models import Message, Session, Turn
 from tests.security.figures import record
 
-PUBLIC = {"healthz", "login", "account_set_password", "admin:login", "admin:logout"}
+PUBLIC = {"healthz", "favicon", "login", "account_set_password", "admin:login", "admin:logout"}
 SIGNED_IN = {
     "home",
     "logout",
@@ -40,6 +40,8 @@ SIGNED_IN = {
     "provider_edit",
     "provider_test",
     "provider_delete",
+    "sidebar_search",
+    "theme",
 }
 SESSION_OWNED = {
     "chat",
@@ -53,6 +55,12 @@ SESSION_OWNED = {
     "attachment_upload",
     "attachment_download",
     "workspace_file",
+    "workspace_files",
+    "session_pin",
+    "session_title",
+    "session_archive_json",
+    "session_delete_json",
+    "turn_footer",
 }
 STAFF_NAMESPACE = "admin"
 SECRET_URL = "http://alice-private-llm.example:8080/v1"
@@ -114,6 +122,7 @@ def url_for(name: str, pattern: Any, objects: dict[str, Any]) -> str:
     known = {
         "session_id": objects["session"].pk,
         "attachment_id": objects["attachment"].pk,
+        "turn_id": objects["turn"].pk,
         "path": "notes.txt",
         "provider": "groq",
         "uidb64": "MQ",

@@ -4,7 +4,8 @@ The corpus (`xss_corpus.py`, 114 payloads) enters through:
 
 - user input: typed into the composer of a live session, and stored user messages;
 - model output: streamed by the fake upstream in a real turn (Daphne + Celery + Redis +
-  PostgreSQL), and stored assistant messages;
+  PostgreSQL) and audited mid-stream (the page renders streamed Markdown live), and stored
+  assistant messages;
 - reasoning: streamed and stored;
 - tool output: a live tool call to a tool named by the payload (the engine's "no tool
   named ..." result quotes it), and stored tool results with hostile tool names;
@@ -39,7 +40,7 @@ from django.contrib.auth import get_user_model
 from sessions import services
 from sessions.models import Message, Session, Turn
 from tests.e2e.conftest import browser, new_page, shot, stack  # noqa: F401 - fixtures
-from tests.fakes import Reply, reasoning, text, tool_call
+from tests.fakes import Reply, drip, reasoning, text, tool_call
 from tests.security.figures import record
 from tests.security.xss_corpus import payloads
 from tests.support.chat import point_provider_at, session_cookie, wait_for_turn_status
@@ -54,6 +55,9 @@ SETTLE_MS = 1500
 # A payload's number shows up in the page text when it was rendered (as text); at least
 # this share of them must, or the payloads did not reach the page and the test proves little.
 MIN_VISIBLE_SHARE = 0.8
+# Seconds between streamed events of the live reply: 228 events take about 7 s, so the
+# mid-stream audit (SETTLE_MS) runs while the reply still streams.
+STREAM_DRIP_SECONDS = 0.03
 
 TRAP = """
 window.__xssHits = [];
@@ -202,6 +206,9 @@ def stored_sessions(owner: Any) -> list[Session]:
     return [users, assistant, tools]
 
 
+# The whole corpus through five pages, now also streamed slowly enough to audit mid-stream
+# (about 10 s more): past the suite's 120 s default on a loaded 2-core machine.
+@pytest.mark.timeout(300)
 def test_no_payload_runs_in_the_chat_view_or_the_admin_review(
     stack: str,  # noqa: F811
     new_page: Any,  # noqa: F811
@@ -226,8 +233,16 @@ def test_no_payload_runs_in_the_chat_view_or_the_admin_review(
     stored = stored_sessions(owner)
     live = Session.objects.create(owner=owner, model=MODEL)
     hostile_tool = PAYLOADS[15][1]
+    # Streamed a payload at a time, slowly enough to audit the page mid-stream: the page
+    # renders streamed Markdown live (static/js/renderer.js), so the live DOM is audited too.
+    pieces = [f"{p}\n\n" for _n, p in PAYLOADS]
     anthropic_fake.push(
-        Reply(reasoning(CORPUS), text(CORPUS), tool_call(hostile_tool, {"q": CORPUS})),
+        Reply(
+            drip(STREAM_DRIP_SECONDS),
+            *[reasoning(p) for p in pieces],
+            *[text(p) for p in pieces],
+            tool_call(hostile_tool, {"q": CORPUS}),
+        ),
         Reply(text(CORPUS)),
     )
 
@@ -243,6 +258,9 @@ def test_no_payload_runs_in_the_chat_view_or_the_admin_review(
         turn = Turn.objects.filter(session=live).first()
         time.sleep(0.1)
     assert turn is not None, "the composer did not start a turn"
+    page.locator("[data-live] .streamed-text .md-block").first.wait_for(timeout=20_000)
+    audit.check(page, "chat streaming")
+    assert page.locator("[data-live] .streaming").count() == 1, "the audit ran mid-stream"
     turn, _ = wait_for_turn_status(turn.pk, {"completed", "failed"}, timeout=60)
     assert turn.status == "completed", turn.error
     # (A locator, not wait_for_function: the page's CSP forbids the eval that needs.)
