@@ -107,9 +107,21 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": envstr("SQLITE_PATH") or str(BASE_DIR / ".state" / "db.sqlite3"),
-            # Daphne and the turn tasks write concurrently: wait for the lock rather than
-            # failing with "database is locked".
-            "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
+            # CONN_MAX_AGE stays 0: kept open, each web request's thread left its
+            # connection (two file descriptors) to the full collection, every 5 minutes.
+            "OPTIONS": {
+                # Writers (turn writes, heartbeats, the consumers' sends, web requests)
+                # take the lock in turn: wait for it rather than fail with "database is
+                # locked". IMMEDIATE takes it at BEGIN, where the wait applies; a deferred
+                # transaction that reads, then writes, fails at once when another holds it.
+                "timeout": 20,
+                "transaction_mode": "IMMEDIATE",
+                # WAL: readers never block the writer nor wait for it, and a commit is an
+                # append to the log; under WAL, NORMAL skips the fsync per commit (a power
+                # cut can lose the last commits, never corrupt the file).
+                # bench/stream_path.py --mode embedded, docs/PERFORMANCE.md.
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+            },
         }
     }
 
@@ -207,7 +219,8 @@ if DISTRIBUTED:
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    # Channels' in-memory layer minus its per-message walk of every socket (see the module).
+    CHANNEL_LAYERS = {"default": {"BACKEND": "openworker.memory_layer.LocalChannelLayer"}}
 
 # --- Celery ---------------------------------------------------------------------------
 # Turns are long and I/O bound (minutes of streaming from an LLM): a threads pool, one

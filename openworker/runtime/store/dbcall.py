@@ -23,9 +23,17 @@ from openworker.runtime.store.priority_pool import PriorityThreadPool
 # A database across a slow network, where calls mostly wait, may want more. Calls run
 # oldest turn first (openworker/priority_pool.py), so a burst of new turns starts
 # streaming one after another instead of all at once.
-# Embedded mode keeps Django's single sync thread: SQLite wants one writer.
 # Lease heartbeats get a thread of their own: queued behind a burst of turn starts on the
 # shared pool, a late beat would let the sweeper take live turns for dead ones.
+# Embedded mode (SQLite, turns in Daphne) uses the same two pools, one thread each: every
+# turn write goes through one connection, oldest turn first. On Django's one sync thread,
+# which the websocket consumers share, 200 turns sent at once queued the heartbeats
+# behind every send and turn start (first token p50 20 s), and the sweeper interrupted 8
+# live turns, whose stored reply then lacked what they had streamed
+# (bench/stream_path.py --mode embedded).
+# The other writers (web requests, the consumers' sends) take SQLite's write lock in turn:
+# WAL, IMMEDIATE transactions and a busy timeout (settings.DATABASES) make them wait
+# rather than fail.
 _POOLS: dict[str, PriorityThreadPool] = {}
 _POOLS_LOCK = threading.Lock()
 
@@ -34,7 +42,9 @@ def _db_pool(name: str) -> PriorityThreadPool:
     with _POOLS_LOCK:
         pool = _POOLS.get(name)
         if pool is None:
-            threads = settings.WORKER_DB_THREADS if name == "turn-db" else 1
+            # SQLite has one writer at a time: more threads would only wait for its lock.
+            many = name == "turn-db" and settings.DISTRIBUTED
+            threads = settings.WORKER_DB_THREADS if many else 1
             pool = _POOLS[name] = PriorityThreadPool(threads, thread_name_prefix=name)
         return pool
 
@@ -62,8 +72,6 @@ def _pooled(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def db(fn: Callable[..., Any], *, pool: str = "turn-db") -> Callable[..., Any]:
-    """`fn` as a coroutine function run on the worker's database threads (`pool`:
-    "turn-db", or "lease-db" for heartbeats), or Django's sync thread when embedded."""
-    if settings.DISTRIBUTED:
-        return sync_to_async(_pooled(fn), thread_sensitive=False, executor=_db_pool(pool))
-    return sync_to_async(fn, thread_sensitive=True)
+    """`fn` as a coroutine function run on the process's database threads (`pool`:
+    "turn-db", or "lease-db" for heartbeats)."""
+    return sync_to_async(_pooled(fn), thread_sensitive=False, executor=_db_pool(pool))
