@@ -1,4 +1,4 @@
-"""Benchmark: the streaming path under concurrency, in distributed mode.
+"""Benchmark: the streaming path under concurrency, in distributed or embedded mode.
 
 Run from the repository root (PostgreSQL on 127.0.0.1:5432 as `postgres`, Redis on
 127.0.0.1:6379): `.venv/bin/python bench/stream_path.py`. It starts everything it needs:
@@ -18,6 +18,14 @@ directly, without Daphne, Redis or the worker. Each turn's time to first token (
 first delta on its socket) is printed too. Prints one table; the target is the
 largest K: p99 added latency <= 50 ms and no token lost. Exits non-zero on a MISS.
 Stops every process it started, on success, error or Ctrl-C. About two minutes.
+
+`--mode embedded` measures `make run`'s configuration instead: one Daphne process on a
+fresh SQLite state folder (temporary), the in-memory channel layer, turns as asyncio
+tasks in Daphne; no PostgreSQL, Redis or worker. The table adds the "database is
+locked" lines in Daphne's output and the turns whose stored reply (read from the SQLite
+file after the run) differs from what their socket streamed. The target is the largest
+K: p99 added latency <= 100 ms, no token lost, every turn completed, and at every K no
+lock error and every stored reply as streamed.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -57,6 +66,8 @@ MODEL = "anthropic:claude-bench"
 DATABASE_URL = "postgres://postgres@127.0.0.1:5432/openworker_bench"
 REDIS_URL = "redis://127.0.0.1:6379/14"
 TARGET_P99_MS = 50.0
+# Embedded mode: one process does the web, the turns and the database (issue 27).
+TARGET_P99_MS_EMBEDDED = 100.0
 # Worker threads beyond one per turn: the `default` queue's small tasks share the pool.
 WORKER_HEADROOM = 8
 # Websocket handshakes opened at once: Daphne's listen backlog is small, and a burst of
@@ -89,6 +100,9 @@ BENCH_ENV = {
 class ClientResult:
     frames: int = 0
     status: str = ""
+    turn_id: str = ""
+    # Every delta's text in arrival order: what the user saw, compared with the DB after.
+    streamed: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     latencies_ms: list[float] = field(default_factory=list)
     indices: list[int] = field(default_factory=list)
@@ -103,6 +117,10 @@ class RunResult:
     clients: list[ClientResult]
     floor_ms: list[float]
     stats: dict[str, ProcStats]
+    # Embedded mode only (None in distributed mode): "database is locked" lines in the
+    # server's output, and turns whose stored reply is not what their socket streamed.
+    lock_errors: int | None = None
+    reply_mismatches: int | None = None
 
     @property
     def latencies(self) -> list[float]:
@@ -234,7 +252,10 @@ async def websocket_client(
             result.frames += 1
             event = json.loads(raw)
             kind = event.get("type")
+            if event.get("turn") and not result.turn_id:
+                result.turn_id = event["turn"]
             if kind == "delta" and event.get("text"):
+                result.streamed.append(event["text"])
                 if not result.first_token_at:
                     result.first_token_at = time.monotonic()
                 for index, emitted in parse_tokens(event["text"]):
@@ -336,74 +357,132 @@ def run_k(
     return RunResult(k, clients, floor, stats)
 
 
-def report(results: list[RunResult]) -> bool:
+# -- embedded mode ------------------------------------------------------------------------
+
+
+def prepare_embedded(state: Path) -> dict[str, str]:
+    """`make run`'s configuration on a fresh state folder: SQLite there, the in-memory
+    channel layer, turns in Daphne, dev secrets generated (DEBUG on, as `make run`).
+    Configures this process's Django for the same database file (it makes the users) and
+    migrates."""
+    from tests.support import embedded
+
+    env = embedded.embedded_env(state)
+    for name in embedded.NOT_FOR_EMBEDDED:
+        os.environ.pop(name, None)
+    os.environ.update(env)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+    # This process signs the users in; its log lines are not the server's.
+    logging.getLogger("axes").setLevel(logging.WARNING)
+    return env
+
+
+def reply_mismatches(database: Path, clients: list[ClientResult]) -> int:
+    """Turns whose stored reply differs from what their socket streamed (a turn that never
+    said which it was, or that stored nothing, counts too)."""
+    from tests.support import embedded
+
+    stored = embedded.stored_turns(database, [c.turn_id for c in clients if c.turn_id])
+    return sum(
+        not c.turn_id or stored.get(c.turn_id, ("", None))[1] != "".join(c.streamed)
+        for c in clients
+    )
+
+
+def run_embedded_k(k: int, upstream: str, env: dict[str, str]) -> RunResult:
+    from django.db import connections
+
+    from tests.support import embedded
+
+    sessions = make_sessions(k, upstream)
+    # Nothing of this process holds the database while Daphne serves.
+    connections.close_all()
+    with embedded.daphne(env) as (base, proc):
+        monitor = Monitor({"daphne": proc.popen.pid})
+        try:
+            clients = asyncio.run(drive_websockets(base, sessions, monitor.start))
+        finally:
+            stats = monitor.stop() if monitor.stats else {}
+        output = proc.output()
+    lock_errors = embedded.lock_errors(output)
+    if lock_errors or any(c.status != "completed" for c in clients):
+        saved = Path(tempfile.gettempdir()) / f"bench-stream-path-embedded-{k}.log"
+        saved.write_text(output)
+        print(f"K={k}: lock errors or unfinished turns; Daphne's whole log is in {saved}")
+    mismatches = reply_mismatches(Path(env["SQLITE_PATH"]), clients)
+    floor = asyncio.run(drive_floor(upstream, k))
+    return RunResult(k, clients, floor, stats, lock_errors, mismatches)
+
+
+def report(results: list[RunResult], mode: str = "distributed") -> bool:
+    embedded = mode == "embedded"
     rows = []
     for r in results:
         lat = r.latencies
         p50, p95, p99 = (percentile(lat, p) for p in (50, 95, 99))
         f50, f99 = percentile(r.floor_ms, 50), percentile(r.floor_ms, 99)
-        daphne, worker = r.stats["daphne"], _workers_total(r.stats)
-        per_turn = (worker.rss_peak - worker.rss_idle) / r.k / MIB
+        daphne = r.stats["daphne"]
         first = r.first_token_ms
-        rows.append(
-            [
-                r.k,
-                f"{r.completed}/{r.k}",
-                p50,
-                p95,
-                p99,
-                r.lost,
-                r.duplicated,
-                r.frames_per_second,
-                daphne.cpu_seconds,
-                daphne.rss_peak / MIB,
-                worker.cpu_seconds,
-                worker.rss_peak / MIB,
-                per_turn,
-                f50,
-                f99,
-                f"{p50 / f50:.0f}x",
-                f"{p99 / f99:.0f}x",
-                percentile(first, 50) if first else "-",
-                percentile(first, 99) if first else "-",
-            ]
-        )
-    print_table(
-        [
-            "K",
-            "completed",
-            "p50 ms",
-            "p95 ms",
-            "p99 ms",
-            "lost",
-            "dup",
-            "frames/s",
-            "daphne CPU s",
-            "daphne peak MiB",
-            "worker CPU s",
-            "worker peak MiB",
-            "worker MiB/turn",
-            "floor p50 ms",
-            "floor p99 ms",
-            "p50/floor",
-            "p99/floor",
-            "first token p50 ms",
-            "first token p99 ms",
-        ],
-        rows,
-    )
+        row: list[Any] = [
+            r.k, f"{r.completed}/{r.k}", p50, p95, p99, r.lost, r.duplicated,
+            r.frames_per_second, daphne.cpu_seconds, daphne.rss_peak / MIB,
+        ]  # fmt: skip
+        if embedded:
+            # The turns run in Daphne: its growth under load is what a turn costs.
+            row.append((daphne.rss_peak - daphne.rss_idle) / r.k / MIB)
+        else:
+            worker = _workers_total(r.stats)
+            per_turn = (worker.rss_peak - worker.rss_idle) / r.k / MIB
+            row += [worker.cpu_seconds, worker.rss_peak / MIB, per_turn]
+        row += [
+            f50, f99, f"{p50 / f50:.0f}x", f"{p99 / f99:.0f}x",
+            percentile(first, 50) if first else "-",
+            percentile(first, 99) if first else "-",
+        ]  # fmt: skip
+        if embedded:
+            row += [r.lock_errors, r.reply_mismatches]
+        rows.append(row)
+    headers = [
+        "K", "completed", "p50 ms", "p95 ms", "p99 ms", "lost", "dup", "frames/s",
+        "daphne CPU s", "daphne peak MiB",
+    ]  # fmt: skip
+    if embedded:
+        headers.append("daphne MiB/turn")
+    else:
+        headers += ["worker CPU s", "worker peak MiB", "worker MiB/turn"]
+    headers += [
+        "floor p50 ms", "floor p99 ms", "p50/floor", "p99/floor",
+        "first token p50 ms", "first token p99 ms",
+    ]  # fmt: skip
+    if embedded:
+        headers += ["lock errors", "stored != streamed"]
+    print_table(headers, rows)
     for r in results:
         problems = Counter(e for c in r.clients for e in c.errors)
         for message, count in problems.most_common(3):
             print(f"K={r.k}: {count} x {message}")
     top = max(results, key=lambda r: r.k)
     p99 = percentile(top.latencies, 99)
-    ok = p99 <= TARGET_P99_MS and top.lost == 0 and top.completed == top.k
-    print(
-        f"\nTarget (K={top.k}): p99 added latency <= {TARGET_P99_MS:.0f} ms "
+    target = TARGET_P99_MS_EMBEDDED if embedded else TARGET_P99_MS
+    ok = p99 <= target and top.lost == 0 and top.completed == top.k
+    summary = (
+        f"\nTarget (K={top.k}): p99 added latency <= {target:.0f} ms "
         f"(got {p99:.1f}), zero lost (got {top.lost}), all turns completed "
-        f"({top.completed}/{top.k}): {verdict(ok)}"
+        f"({top.completed}/{top.k})"
     )
+    if embedded:
+        # Every K, not only the largest: a lock error or a lost write is never acceptable.
+        locks = sum(r.lock_errors or 0 for r in results)
+        mismatched = sum(r.reply_mismatches or 0 for r in results)
+        ok = ok and locks == 0 and mismatched == 0
+        summary += f", zero lock errors (got {locks}), every stored reply as streamed "
+        summary += f"(got {mismatched} differing)"
+    print(f"{summary}: {verdict(ok)}")
     return ok
 
 
@@ -425,6 +504,12 @@ def _interrupt(*_: Any) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--mode",
+        choices=("distributed", "embedded"),
+        default="distributed",
+        help="embedded: `make run`'s configuration (SQLite, in-memory layer, turns in Daphne)",
+    )
     parser.add_argument("--ks", default=",".join(map(str, KS)), help="comma-separated K")
     parser.add_argument("--database-url", default=DATABASE_URL)
     parser.add_argument("--redis-url", default=REDIS_URL)
@@ -438,25 +523,36 @@ def main() -> int:
     ks = [int(k) for k in args.ks.split(",")]
     # SIGTERM unwinds like Ctrl-C, so every `finally` stops its processes.
     signal.signal(signal.SIGTERM, _interrupt)
-    env = prepare_environment(args.database_url, args.redis_url)
-    # The clients measure: a full collection here would stall every socket's receive and
-    # be counted as the server's latency. Same settings as the servers'.
-    from openworker.gc_tuning import tune_for_serving
+    with contextlib.ExitStack() as stack:
+        if args.mode == "embedded":
+            state = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ow-bench-")))
+            env = prepare_embedded(state)
+            shape = "embedded (SQLite, turns in Daphne)"
+        else:
+            env = prepare_environment(args.database_url, args.redis_url)
+            shape = f"{args.workers} worker process(es)"
+        # The clients measure: a full collection here would stall every socket's receive
+        # and be counted as the server's latency. Same settings as the servers'.
+        from openworker.gc_tuning import tune_for_serving
 
-    tune_for_serving()
-    print(
-        f"stream path: {TOKENS} tokens at {RATE:g}/s per turn, K = {ks}, "
-        f"{args.workers} worker process(es), "
-        f"coalescing {os.environ.get('STREAM_COALESCE_SECONDS', '0.04')} s\n"
-    )
-    results = []
-    started = time.monotonic()
-    with upstream_process(TOKENS, RATE) as upstream:
-        for k in ks:
-            results.append(run_k(k, upstream, env, args.redis_url, args.workers))
-            print(f"K={k} done ({time.monotonic() - started:.0f} s)", flush=True)
+        tune_for_serving()
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        print(
+            f"stream path: {TOKENS} tokens at {RATE:g}/s per turn, K = {ks}, {shape}, "
+            f"coalescing {os.environ.get('STREAM_COALESCE_SECONDS', '0.04')} s, "
+            f"load average before: {load}\n"
+        )
+        results = []
+        started = time.monotonic()
+        with upstream_process(TOKENS, RATE) as upstream:
+            for k in ks:
+                if args.mode == "embedded":
+                    results.append(run_embedded_k(k, upstream, env))
+                else:
+                    results.append(run_k(k, upstream, env, args.redis_url, args.workers))
+                print(f"K={k} done ({time.monotonic() - started:.0f} s)", flush=True)
     print()
-    return 0 if report(results) else 1
+    return 0 if report(results, args.mode) else 1
 
 
 if __name__ == "__main__":
