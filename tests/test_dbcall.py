@@ -48,6 +48,45 @@ def test_a_heartbeat_runs_while_the_turn_threads_are_busy(distributed):
     assert turn_thread.startswith("turn-db")
 
 
+@pytest.fixture
+def embedded(settings):  # type: ignore[no-untyped-def]
+    settings.DISTRIBUTED = False
+    saved = dict(dbcall._POOLS)
+    dbcall._POOLS.clear()
+    yield
+    for pool in dbcall._POOLS.values():
+        pool.shutdown(wait=False, cancel_futures=True)
+    dbcall._POOLS.clear()
+    dbcall._POOLS.update(saved)
+
+
+def test_embedded_heartbeats_run_while_the_sync_thread_is_busy(embedded):
+    """Turn calls share Django's sync thread with the websocket consumers; a burst of sends
+    there must not delay the heartbeats into a lease expiry."""
+    from asgiref.sync import sync_to_async
+
+    release = threading.Event()
+
+    def busy_consumer_call() -> str:
+        release.wait(5)
+        return threading.current_thread().name
+
+    def where() -> str:
+        return threading.current_thread().name
+
+    async def scenario() -> tuple[str, str, str]:
+        busy = asyncio.ensure_future(sync_to_async(busy_consumer_call, thread_sensitive=True)())
+        turn_call = asyncio.ensure_future(dbcall.db(where)())  # behind it, same thread
+        beat = await asyncio.wait_for(dbcall.db(where, pool="lease-db")(), 2)
+        assert not turn_call.done()
+        release.set()
+        return await busy, await turn_call, beat
+
+    sync_thread, turn_thread, beat_thread = asyncio.run(scenario())
+    assert turn_thread == sync_thread
+    assert beat_thread.startswith("lease-db")
+
+
 def test_the_turn_pool_has_the_configured_number_of_threads(distributed, settings):
     settings.WORKER_DB_THREADS = 3
     assert dbcall._db_pool("turn-db")._max_workers == 3

@@ -25,13 +25,15 @@ from openworker.runtime.store.priority_pool import PriorityThreadPool
 # streaming one after another instead of all at once.
 # Lease heartbeats get a thread of their own: queued behind a burst of turn starts on the
 # shared pool, a late beat would let the sweeper take live turns for dead ones.
-# Embedded mode (SQLite, turns in Daphne) uses the same two pools, one thread each: every
-# turn write goes through one connection, oldest turn first. On Django's one sync thread,
-# which the websocket consumers share, 200 turns sent at once queued the heartbeats
-# behind every send and turn start (first token p50 20 s), and the sweeper interrupted 8
-# live turns, whose stored reply then lacked what they had streamed
-# (bench/stream_path.py --mode embedded).
-# The other writers (web requests, the consumers' sends) take SQLite's write lock in turn:
+# Embedded mode (SQLite, turns in Daphne) runs turn calls on Django's one sync thread,
+# which the websocket consumers share: every turn write goes through one connection. Its
+# heartbeats get their own thread too: behind 200 sends and turn starts on the sync
+# thread they came so late that the sweeper interrupted 8 of 200 live turns, whose stored
+# reply then lacked what they had streamed. Turn calls on a pool thread of their own,
+# oldest first, cost Daphne 40% more CPU at K = 200 (11.9-12.9 s against 8.4-11.1 s)
+# and spread the starts so the last first token came 27-34 s after the send instead of
+# 4-20 s (bench/stream_path.py --mode embedded, docs/PERFORMANCE.md). The writers that
+# remain (the sync thread, heartbeats, web requests) take SQLite's write lock in turn:
 # WAL, IMMEDIATE transactions and a busy timeout (settings.DATABASES) make them wait
 # rather than fail.
 _POOLS: dict[str, PriorityThreadPool] = {}
@@ -42,9 +44,7 @@ def _db_pool(name: str) -> PriorityThreadPool:
     with _POOLS_LOCK:
         pool = _POOLS.get(name)
         if pool is None:
-            # SQLite has one writer at a time: more threads would only wait for its lock.
-            many = name == "turn-db" and settings.DISTRIBUTED
-            threads = settings.WORKER_DB_THREADS if many else 1
+            threads = settings.WORKER_DB_THREADS if name == "turn-db" else 1
             pool = _POOLS[name] = PriorityThreadPool(threads, thread_name_prefix=name)
         return pool
 
@@ -72,6 +72,12 @@ def _pooled(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def db(fn: Callable[..., Any], *, pool: str = "turn-db") -> Callable[..., Any]:
-    """`fn` as a coroutine function run on the process's database threads (`pool`:
-    "turn-db", or "lease-db" for heartbeats)."""
-    return sync_to_async(_pooled(fn), thread_sensitive=False, executor=_db_pool(pool))
+    """`fn` as a coroutine function run on the worker's database threads (`pool`:
+    "turn-db", or "lease-db" for heartbeats); embedded, turn calls run on Django's sync
+    thread and heartbeats on their own."""
+    if settings.DISTRIBUTED:
+        return sync_to_async(_pooled(fn), thread_sensitive=False, executor=_db_pool(pool))
+    if pool == "lease-db":
+        # SQLite: the thread's one connection is a local file, nothing to re-check.
+        return sync_to_async(fn, thread_sensitive=False, executor=_db_pool(pool))
+    return sync_to_async(fn, thread_sensitive=True)
