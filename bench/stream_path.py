@@ -73,6 +73,7 @@ WORKER_HEADROOM = 8
 # Websocket handshakes opened at once: Daphne's listen backlog is small, and a burst of
 # hundreds of SYNs gets some dropped and retried a second later.
 CONNECT_CONCURRENCY = 25
+CONNECT_ATTEMPTS = 3
 # A turn is TOKENS / RATE seconds of streaming; anything far beyond is a hang.
 TURN_TIMEOUT_SECONDS = 60.0
 TERMINAL = {"completed", "failed", "cancelled", "interrupted", "awaiting_approval"}
@@ -226,13 +227,12 @@ async def websocket_client(
     base: str, session_id: str, cookie: str, gate: asyncio.Semaphore, go: asyncio.Event,
     ready: list[int],
 ) -> ClientResult:  # fmt: skip
-    from websockets.asyncio.client import connect
 
     result = ClientResult()
     url = base.replace("http://", "ws://") + f"/ws/sessions/{session_id}/"
     headers = {"Cookie": cookie, "Origin": base}
     async with gate:
-        ws = await connect(url, additional_headers=headers, open_timeout=30)
+        ws = await _connect(url, headers)
     async with ws:
         hello = json.loads(await asyncio.wait_for(ws.recv(), 30))
         assert hello["type"] == "hello", hello
@@ -272,6 +272,23 @@ async def websocket_client(
                 break
         result.done_at = time.monotonic()
     return result
+
+
+async def _connect(url: str, headers: dict[str, str]) -> Any:
+    """Open a websocket, trying again (as the page's socket does) when Daphne dropped the
+    handshake: on a loaded machine it closes handshakes it could not finish within its
+    connect timeout."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidMessage
+
+    for attempt in range(CONNECT_ATTEMPTS):
+        try:
+            return await connect(url, additional_headers=headers, open_timeout=30)
+        except (InvalidMessage, OSError):
+            if attempt == CONNECT_ATTEMPTS - 1:
+                raise
+            await asyncio.sleep(1.0)
+    raise AssertionError("unreachable")
 
 
 async def drive_websockets(
