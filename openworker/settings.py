@@ -220,7 +220,9 @@ if DISTRIBUTED:
     }
 else:
     # Channels' in-memory layer minus its per-message walk of every socket (see the module).
-    CHANNEL_LAYERS = {"default": {"BACKEND": "openworker.memory_layer.LocalChannelLayer"}}
+    CHANNEL_LAYERS = {
+        "default": {"BACKEND": "openworker.runtime.live.memory_layer.LocalChannelLayer"}
+    }
 
 # --- Celery ---------------------------------------------------------------------------
 # Turns are long and I/O bound (minutes of streaming from an LLM): a threads pool, one

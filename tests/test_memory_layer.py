@@ -1,11 +1,11 @@
-"""Embedded mode's channel layer (openworker/memory_layer.py): Channels' in-memory layer
-semantics, without a walk of every socket per message."""
+"""Embedded mode's channel layer (openworker/runtime/live/memory_layer.py): Channels'
+in-memory layer semantics, without a walk of every socket per message."""
 
 from __future__ import annotations
 
 import asyncio
 
-from openworker.memory_layer import LocalChannelLayer
+from openworker.runtime.live.memory_layer import LocalChannelLayer
 
 
 def test_group_send_nowait_delivers_a_copy_to_every_member_in_order():

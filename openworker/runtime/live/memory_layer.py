@@ -7,9 +7,9 @@ Daphne's event loop (py-spy under `bench/stream_path.py --mode embedded`, K = 20
 the cost grows with the square of the sockets. Here the clean-up runs at most once per
 `CLEAN_SECONDS` (messages live `expiry` = 60 s, so a second late changes nothing), and
 `group_send_nowait` puts the message on each member's queue at once, with no task: the
-turn emitter's hot path (`sessions.events.publish_soon`) uses it, as it uses the Redis
-layer's. Same semantics otherwise: a copy per member, a full queue drops the message
-(the replay buffer fills the gap).
+turn emitter's hot path (`openworker.runtime.live.events.publish_soon`) uses it, as it
+uses the Redis layer's. Same semantics otherwise: a copy per member, a full queue drops
+the message (the replay buffer fills the gap).
 """
 
 from __future__ import annotations
