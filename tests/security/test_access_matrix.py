@@ -26,7 +26,17 @@ from sessions import selectors
 from sessions.models import Message, Session, Turn
 from tests.security.figures import record
 
-PUBLIC = {"healthz", "favicon", "login", "account_set_password", "admin:login", "admin:logout"}
+# Signing in through a provider happens before there is a user.
+PUBLIC = {
+    "healthz",
+    "favicon",
+    "login",
+    "account_set_password",
+    "admin:login",
+    "admin:logout",
+    "sso:start",
+    "sso:callback",
+}
 SIGNED_IN = {
     "home",
     "logout",
