@@ -15,6 +15,9 @@ Each contender reads the whole stream and builds the final reply, and is timed w
 - over HTTP: our `ProviderClient.stream()` (transport + SSE decoder + parser) against
   the SDK's streaming call, both plain iteration (`create(stream=True)`) and the SDK's
   accumulating helper (`.stream()` → final message), which is the like-for-like job;
+  `stream()` is `astream()` run on the private loop of `providers.blocking`, so the
+  "http loop" row times `astream()` itself on an event loop (the engine's path) against
+  the same SDK figures;
 - in memory: our SSE decoder and parser fed the captured bytes against the SDK over an
   `httpx.MockTransport` replaying the same bytes in the same chunks.
 
@@ -24,6 +27,7 @@ the SDKs). Exits non-zero on a MISS. Under two minutes.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -125,15 +129,19 @@ def chunked(raw: bytes) -> list[bytes]:
 # -- contenders ------------------------------------------------------------------------
 
 
-def ours_http(provider: str, base_url: str) -> Callable[[], object]:
+def ours_client(provider: str, base_url: str) -> Any:
     transport = Transport(policy=OutboundPolicy(allow_loopback=True), max_retries=0)
-    client = build_provider_client(
+    return build_provider_client(
         OUR_PROVIDER[provider],
         {"api_key": API_KEY, "base_url": base_url},
         None,
         transport=transport,
         capabilities=lambda model: ModelCapabilities(),
     )
+
+
+def ours_http(provider: str, base_url: str) -> Callable[[], object]:
+    client = ours_client(provider, base_url)
     model = MODELS[provider]
 
     def run() -> object:
@@ -141,6 +149,24 @@ def ours_http(provider: str, base_url: str) -> Callable[[], object]:
         for chunk in client.stream(model=model, messages=MESSAGES, tools=TOOLS):
             final = chunk.turn or final
         return final
+
+    return run
+
+
+def ours_loop(provider: str, base_url: str) -> Callable[[], object]:
+    """`astream` on one event loop, kept between runs as a worker keeps its loop."""
+    client = ours_client(provider, base_url)
+    model = MODELS[provider]
+    loop = asyncio.new_event_loop()
+
+    async def consume() -> object:
+        final = None
+        async for chunk in client.astream(model=model, messages=MESSAGES, tools=TOOLS):
+            final = chunk.turn or final
+        return final
+
+    def run() -> object:
+        return loop.run_until_complete(consume())
 
     return run
 
@@ -256,6 +282,7 @@ def measure(provider: str, shape: str) -> tuple[list[list[Any]], list[float]]:
             name: per_events(best_cpu_of(fn, REPEATS, budget=BUDGET_SECONDS), events)
             for name, fn in {
                 "ours http": ours_http(provider, base_url),
+                "ours http loop": ours_loop(provider, base_url),
                 "sdk http": plain_http,
                 "sdk helper http": helper_http,
                 "ours memory": ours_memory(provider, chunks),
@@ -265,9 +292,10 @@ def measure(provider: str, shape: str) -> tuple[list[list[Any]], list[float]]:
         }
     rows = []
     ratios = []
-    for where in ("http", "memory"):
+    for where in ("http", "http loop", "memory"):
         ours = timings[f"ours {where}"]
-        plain, helper = timings[f"sdk {where}"], timings[f"sdk helper {where}"]
+        sdk = where.split()[0]  # the SDK has no loop row: its blocking figures
+        plain, helper = timings[f"sdk {sdk}"], timings[f"sdk helper {sdk}"]
         ratios += [ours / plain, ours / helper]
         rows.append(
             [

@@ -16,7 +16,8 @@ class ProviderClient(ABC):
 
     Deliberately blocking and deliberately without a `max_turns` loop: the runtime owns
     the agent loop. `astream` is the event-loop entry the runtime uses: HTTP clients
-    read their stream on the loop itself; any other client runs `stream` in a thread.
+    read their stream on the loop itself (and derive their blocking `stream` from it,
+    `providers.blocking`); any other client runs its `stream` in a thread.
 
     `messages` are canonical messages (DESIGN.md); `tools` are
     `{"name", "description", "parameters"}` dicts. Settings every client understands:

@@ -1,6 +1,7 @@
 """Cancellation that reaches the socket: Stop must end the upstream request, not just
-the display. The engine holds the token; the transport registers a callback that closes
-the in-flight response so a blocked read returns at once."""
+the display. The engine holds the token; the transport registers a callback (it may run
+on any thread) that cancels the read the request's task is awaiting, which closes the
+in-flight response, so the read returns at once and the upstream sees the disconnect."""
 
 from __future__ import annotations
 

@@ -275,7 +275,8 @@ class GuardedTransport(httpx.HTTPTransport):
     The request URL's host is swapped for the vetted IP; the Host header keeps the original
     name and `sni_hostname` keeps TLS SNI and certificate verification on it. Proxies are
     refused: through a proxy the address actually reached could not be pinned.
-    `network_backend` lets a caller observe or abort the sockets (see transport.py).
+    Used by the `fetch_url` tool; the provider transport uses `AsyncGuardedTransport`.
+    `network_backend` lets a caller observe the sockets (the tests do).
     """
 
     def __init__(

@@ -17,17 +17,15 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from .base import ProviderClient
 from .capabilities import CuratedModel, MatrixSource, capabilities_for, entry_for, split_model
 from .factory import build_provider_client
+from .outbound import OutboundPolicy
 from .registry import get_descriptor, provider_names
+from .transport import Transport
 from .types import AssistantTurn, ModelCapabilities, StreamChunk
-
-if TYPE_CHECKING:
-    from .outbound import OutboundPolicy
-    from .transport import Transport
 
 logger = logging.getLogger(__name__)
 
@@ -98,19 +96,6 @@ class ProviderRouter(ProviderClient):
 
     # --- routing -----------------------------------------------------------------------
 
-    def _provider_name(self, model: str) -> str:
-        """The registered prefix of `model`, else the default provider."""
-        return split_model(model, default_provider=self._default_provider)[0]
-
-    def _bare(self, model: str) -> str:
-        """`model` without a registered prefix; unchanged when its first segment isn't one."""
-        return split_model(model, default_provider=self._default_provider)[1]
-
-    def _client_for(self, model: str) -> ProviderClient:
-        """The cached client for `model`'s provider, built on first use."""
-        with self._lock:
-            return self._entry_locked(self._provider_name(model)).client
-
     def _entry_locked(self, name: str) -> _Entry:
         entry = self._entries.get(name)
         if entry is None:
@@ -136,9 +121,6 @@ class ProviderRouter(ProviderClient):
     def _new_transport(self) -> Transport:
         if self._transport_factory is not None:
             return self._transport_factory()
-        from .outbound import OutboundPolicy
-        from .transport import Transport
-
         if self._outbound is None:
             self._outbound = OutboundPolicy.from_env(embedded=self._embedded)
         return Transport(policy=self._outbound)

@@ -17,7 +17,6 @@ the terminal event name reports it).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
@@ -132,11 +131,3 @@ class SSEDecoder:
         self._data_size = 0
         self._retry = None
         return event
-
-
-def iter_sse(byte_chunks: Iterable[bytes]) -> Iterator[SSEEvent]:
-    """Events from a byte stream as they complete (nothing is buffered beyond one event)."""
-    decoder = SSEDecoder()
-    for chunk in byte_chunks:
-        yield from decoder.feed(chunk)
-    yield from decoder.flush()

@@ -1,15 +1,22 @@
 """The one HTTP client every wire module uses: guarded, retrying, streaming, cancellable.
 
+Every rule lives here once, in coroutines on an event loop: the SSRF-checked connect
+(`AsyncGuardedTransport`), timeouts, error translation (`errors.error_from_response`),
+retries, cancel and the streaming of Server-Sent Events (`astream_sse`) or raw body
+chunks (`astream_bytes`). The blocking `post_json` (the seed's `complete()`) and the
+wire clients' blocking `stream()` are derived from them by `providers.blocking`, which
+runs the same coroutine on a private event loop: the engine's path, hundreds of turns on
+one loop, is the one that must be fast, and the few blocking callers pay a thread
+hand-off instead of a second copy of every rule.
+
 This module is the single owner of retries (the wire modules never retry): retryable
 statuses and connection failures are retried only while nothing has been handed to the
 caller, so a reply is never duplicated. Redirects are never followed: a user-settable base
 URL that redirects could otherwise lead the request (and its key) around the SSRF guard.
 
-Cancel reaches the socket. httpx has no way to interrupt a read blocked in another thread,
-and closing a socket does not wake such a read on Linux; shutting it down does. So the
-connection pool runs on a network backend whose streams register themselves with the
-request that is using them, and a fired `CancelToken` shuts that socket down: the blocked
-read returns at once and the upstream sees the disconnect.
+Cancel reaches the socket: a fired `CancelToken` (from any thread) cancels the read the
+stream's task is awaiting, which closes the response and its connection, so the upstream
+sees the disconnect at once.
 
 Headers are never logged (they carry keys) and URLs are logged without their query.
 """
@@ -21,15 +28,14 @@ import contextlib
 import json
 import logging
 import random
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-import httpcore
 import httpx
 
+from . import blocking
 from .cancel import CancelToken
 from .errors import (
     OutboundBlockedError,
@@ -40,7 +46,7 @@ from .errors import (
     error_from_response,
     redact,
 )
-from .outbound import AsyncGuardedTransport, GuardedTransport, OutboundPolicy
+from .outbound import AsyncGuardedTransport, OutboundPolicy
 from .sse import SSEDecoder, SSEEvent, SSEProtocolError
 
 # The statuses both official SDKs retry, plus Anthropic's 529 "overloaded".
@@ -65,109 +71,10 @@ SENSITIVE_HEADERS = frozenset(
 SENSITIVE_QUERY_PARAMS = frozenset({"key", "api_key", "apikey", "access_token"})
 
 logger = logging.getLogger(__name__)
-_current = threading.local()
 
-
-class _Abort:
-    """The connection one request is using, so that another thread can cut it."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._stream: _AbortableStream | None = None
-        self._fired = False
-        self._done = False
-
-    def attach(self, stream: _AbortableStream) -> None:
-        with self._lock:
-            if self._done:
-                return
-            self._stream = stream
-            stream.owner = self
-            fired = self._fired
-        if fired:
-            stream.abort()
-
-    def fire(self) -> None:
-        with self._lock:
-            if self._done:
-                return
-            self._fired = True
-            stream = self._stream
-        if stream is not None and stream.owner is self:
-            stream.abort()
-
-    def detach(self) -> None:
-        """The request is over; its connection may now serve another one."""
-        with self._lock:
-            self._done = True
-            self._stream = None
-
-
-class _AbortableStream(httpcore.NetworkStream):
-    def __init__(self, inner: httpcore.NetworkStream) -> None:
-        self._inner = inner
-        self.owner: _Abort | None = None
-        self._claim()
-
-    def _claim(self) -> None:
-        abort = getattr(_current, "abort", None)
-        if abort is not None and self.owner is not abort:
-            abort.attach(self)
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        self._claim()
-        return self._inner.read(max_bytes, timeout)
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._claim()
-        self._inner.write(buffer, timeout)
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def start_tls(
-        self,
-        ssl_context: Any,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.NetworkStream:
-        return _AbortableStream(self._inner.start_tls(ssl_context, server_hostname, timeout))
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
-
-    def abort(self) -> None:
-        sock = self._inner.get_extra_info("socket")
-        if sock is None:
-            return
-        with contextlib.suppress(OSError):
-            # socket.socket's own shutdown: SSLSocket.shutdown would also drop its TLS
-            # state under the feet of the thread that is reading.
-            socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-
-class _AbortableBackend(httpcore.NetworkBackend):
-    def __init__(self) -> None:
-        self._inner = httpcore.SyncBackend()
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Any = None,
-    ) -> httpcore.NetworkStream:
-        stream = self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
-        return _AbortableStream(stream)
-
-    def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Any = None
-    ) -> httpcore.NetworkStream:
-        raise httpcore.ConnectError("unix sockets are not used for provider requests")
-
-    def sleep(self, seconds: float) -> None:
-        self._inner.sleep(seconds)
+# What one attempt's body becomes: `feed(chunk)` gives the items a read completes,
+# `flush()` those left at the end of the body. A fresh pair per attempt.
+Decoder = tuple[Callable[[bytes], Iterable[Any]], Callable[[], Iterable[Any]]]
 
 
 class _AsyncCancelGuard:
@@ -279,14 +186,42 @@ def _secrets(url: str, headers: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(found)
 
 
+def _sse_decoder() -> Decoder:
+    decoder = SSEDecoder()
+    return decoder.feed, decoder.flush
+
+
+def _chunk_decoder() -> Decoder:
+    return (lambda chunk: (chunk,) if chunk else ()), tuple
+
+
+def _whole_body_decoder() -> Decoder:
+    """One item, the whole body, once it has all arrived (a JSON reply)."""
+    body = bytearray()
+
+    def feed(chunk: bytes) -> tuple[()]:
+        body.extend(chunk)
+        if len(body) > MAX_JSON_BODY_BYTES:
+            raise ProviderError(f"the reply is larger than {MAX_JSON_BODY_BYTES} bytes")
+        return ()
+
+    return feed, lambda: (bytes(body),)
+
+
 class Transport:
-    """Blocking JSON-over-HTTP and SSE client for the wire modules.
+    """JSON-over-HTTP and streaming client for the wire modules, on the running event
+    loop; `post_json` is its blocking face (see the module docstring).
 
     `read_timeout` is the read-idle timeout: the most seconds allowed between two reads,
     kept well under the SDKs' 600 s so a dead stream is noticed in minutes, not ten.
     At most `max_retries` retries (so `max_retries + 1` attempts) of retryable statuses and
     connection failures, only before anything was returned; Retry-After is honoured up to
     `retry_after_cap` seconds, and a longer one is raised at once with `retry_after` set.
+    `sleep` replaces the retry wait in tests (a clock that records, and returns at once).
+
+    Pooled connections belong to the event loop they were opened on, so there is one
+    `httpx.AsyncClient` per loop that used this transport (in practice: the engine's, and
+    the private loop of the blocking callers), each made on first use.
     """
 
     def __init__(
@@ -309,23 +244,8 @@ class Transport:
         self._timeout = httpx.Timeout(
             connect=connect_timeout, read=read_timeout, write=read_timeout, pool=connect_timeout
         )
-        # Each client is made on first use: a turn reads on the event loop and never
-        # needs the blocking one (and 200 turns' unused pools add up).
-        self._sync_client: httpx.Client | None = None
-        self._sync_lock = threading.Lock()
-        self._aclient: httpx.AsyncClient | None = None
-
-    @property
-    def _client(self) -> httpx.Client:
-        with self._sync_lock:
-            if self._sync_client is None:
-                self._sync_client = httpx.Client(
-                    transport=GuardedTransport(self._policy, network_backend=_AbortableBackend()),
-                    timeout=self._timeout,
-                    follow_redirects=False,
-                    trust_env=False,
-                )
-            return self._sync_client
+        self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+        self._clients_lock = threading.Lock()
 
     def post_json(
         self,
@@ -336,111 +256,43 @@ class Transport:
         model: str,
         cancel: CancelToken | None = None,
     ) -> dict[str, Any]:
-        """POST `body` and return the JSON object answered. Raises a `ProviderError`."""
-        content = encode_body(body)
-        secrets = _secrets(url, headers)
-        attempt = 0
-        while True:
-            try:
-                with self._exchange(url, headers, content, model, cancel, secrets) as response:
-                    raw = self._read_body(response, cancel, secrets)
-                break
-            except ProviderError as error:
-                attempt = self._before_retry(error, attempt, url, cancel)
+        """`apost_json`, blocking (on the private loop of `providers.blocking`)."""
+        return blocking.run(
+            self.apost_json(url, headers=headers, body=body, model=model, cancel=cancel)
+        )
+
+    async def apost_json(
+        self,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        body: dict[str, Any],
+        model: str,
+        cancel: CancelToken | None = None,
+    ) -> dict[str, Any]:
+        """POST `body` and return the JSON object answered. Raises a `ProviderError`.
+        A failure while the body is read is retried like one before the headers (nothing
+        has been returned yet)."""
+        raw = b""
+        stream = self._astream(
+            url, headers, body, model, cancel, _whole_body_decoder, streaming=False
+        )
+        async with contextlib.aclosing(stream):
+            async for whole in stream:  # one item: the body, once complete
+                raw = whole
         try:
             data = json.loads(raw)
         except ValueError:
             snippet = raw[:200].decode("utf-8", errors="replace")
             raise ProviderError(
-                redact(f"the upstream answered with a body that is not JSON: {snippet}", secrets)
+                redact(
+                    f"the upstream answered with a body that is not JSON: {snippet}",
+                    _secrets(url, headers),
+                )
             ) from None
         if not isinstance(data, dict):
             raise ProviderError("the upstream answered with JSON that is not an object")
         return data
-
-    def stream_sse(
-        self,
-        url: str,
-        *,
-        headers: Mapping[str, str],
-        body: dict[str, Any],
-        model: str,
-        cancel: CancelToken | None = None,
-    ) -> Iterator[SSEEvent]:
-        """POST `body` and yield its Server-Sent Events as they arrive.
-
-        Raises `StreamError` when the connection fails mid-stream; whether the stream
-        ended with its terminal event is for the caller (the wire module) to judge.
-        """
-        content = encode_body(body)
-        secrets = _secrets(url, headers)
-        request_headers = {"Accept": "text/event-stream", **headers}
-        attempt = 0
-        while True:
-            yielded = False
-            try:
-                with self._exchange(
-                    url, request_headers, content, model, cancel, secrets
-                ) as response:
-                    decoder = SSEDecoder()
-                    for chunk in self._body_chunks(response, cancel, secrets):
-                        for event in decoder.feed(chunk):
-                            if cancel is not None and cancel.cancelled:
-                                raise RequestCancelled()
-                            yielded = True
-                            yield event
-                    decoder.flush()
-                return
-            except SSEProtocolError as exc:
-                raise StreamError(str(exc)) from None
-            except ProviderError as error:
-                if yielded:
-                    raise
-                attempt = self._before_retry(error, attempt, url, cancel)
-
-    def stream_bytes(
-        self,
-        url: str,
-        *,
-        headers: Mapping[str, str],
-        body: dict[str, Any],
-        model: str,
-        cancel: CancelToken | None = None,
-    ) -> Iterator[bytes]:
-        """POST `body` and yield the raw response body chunks as they arrive.
-
-        For streams that are not SSE (Bedrock's binary event stream): framing is the
-        caller's. Same retry and cancel rules as `stream_sse`: retried only while nothing
-        has been yielded; a connection lost mid-stream raises `StreamError`. The request
-        body is `encode_body(body)`, so a caller that signs the body signs those bytes.
-        """
-        content = encode_body(body)
-        secrets = _secrets(url, headers)
-        attempt = 0
-        while True:
-            yielded = False
-            try:
-                with self._exchange(url, headers, content, model, cancel, secrets) as response:
-                    for chunk in self._body_chunks(response, cancel, secrets):
-                        if cancel is not None and cancel.cancelled:
-                            raise RequestCancelled()
-                        if chunk:
-                            yielded = True
-                            yield chunk
-                return
-            except ProviderError as error:
-                if yielded:
-                    raise
-                attempt = self._before_retry(error, attempt, url, cancel)
-
-    def close(self) -> None:
-        if self._sync_client is not None:
-            self._sync_client.close()
-
-    # --- the event-loop twin -------------------------------------------------------------
-    # The same requests, retries, errors and cancel semantics over `httpx.AsyncClient`, for
-    # a runtime that streams many turns from one event loop: a thread per stream made the
-    # threads' hand-offs of the GIL, not the work, the limit (docs/PERFORMANCE.md).
 
     async def astream_sse(
         self,
@@ -451,14 +303,13 @@ class Transport:
         model: str,
         cancel: CancelToken | None = None,
     ) -> AsyncIterator[SSEEvent]:
-        """`stream_sse` on the running event loop."""
+        """POST `body` and yield its Server-Sent Events as they arrive.
 
-        def events() -> tuple[Callable[[bytes], Iterable[SSEEvent]], Callable[[], None]]:
-            decoder = SSEDecoder()
-            return decoder.feed, decoder.flush
-
+        Raises `StreamError` when the connection fails mid-stream; whether the stream
+        ended with its terminal event is for the caller (the wire module) to judge.
+        """
         request_headers = {"Accept": "text/event-stream", **headers}
-        stream = self._astream(url, request_headers, body, model, cancel, events)
+        stream = self._astream(url, request_headers, body, model, cancel, _sse_decoder)
         async with contextlib.aclosing(stream):  # leaving early releases the connection now
             async for event in stream:
                 yield event
@@ -472,12 +323,13 @@ class Transport:
         model: str,
         cancel: CancelToken | None = None,
     ) -> AsyncIterator[bytes]:
-        """`stream_bytes` on the running event loop."""
+        """POST `body` and yield the raw response body chunks as they arrive.
 
-        def chunks() -> tuple[Callable[[bytes], Iterable[bytes]], Callable[[], None]]:
-            return (lambda chunk: (chunk,) if chunk else ()), (lambda: None)
-
-        stream = self._astream(url, headers, body, model, cancel, chunks)
+        For streams that are not SSE (Bedrock's binary event stream): framing is the
+        caller's. Same retry and cancel rules as `astream_sse`. The request body is
+        `encode_body(body)`, so a caller that signs the body signs those bytes.
+        """
+        stream = self._astream(url, headers, body, model, cancel, _chunk_decoder)
         async with contextlib.aclosing(stream):
             async for chunk in stream:
                 yield chunk
@@ -489,10 +341,13 @@ class Transport:
         body: dict[str, Any],
         model: str,
         cancel: CancelToken | None,
-        new_decoder: Callable[[], tuple[Callable[[bytes], Iterable[Any]], Callable[[], None]]],
+        new_decoder: Callable[[], Decoder],
+        *,
+        streaming: bool = True,
     ) -> AsyncIterator[Any]:
         """POST and yield what a fresh decoder (per attempt) makes of the body: retried
-        only while nothing has been yielded; cancel reaches an awaited read."""
+        only while nothing has been yielded; cancel reaches an awaited read. A body read
+        whole (`streaming=False`) that fails is "unavailable", not "lost mid-stream"."""
         content = encode_body(body)
         secrets = _secrets(url, headers)
         guard = _AsyncCancelGuard(cancel)
@@ -505,12 +360,16 @@ class Transport:
                         url, headers, content, model, guard, secrets
                     ) as response:
                         feed, flush = new_decoder()
-                        async for chunk in self._abody_chunks(response, guard, secrets):
+                        async for chunk in self._abody_chunks(
+                            response, guard, secrets, mid_stream=streaming
+                        ):
                             for item in feed(chunk):
                                 guard.check()
                                 yielded = True
                                 yield item
-                        flush()
+                        for item in flush():
+                            yielded = True
+                            yield item
                     return
                 except SSEProtocolError as exc:
                     raise StreamError(str(exc)) from None
@@ -521,21 +380,41 @@ class Transport:
         finally:
             guard.close()
 
+    def close(self) -> None:
+        """Release the blocking callers' connections (they live on the private loop).
+        A caller on an event loop uses `aclose`, which also closes that loop's."""
+        loop = blocking.running_loop_if_started()
+        with self._clients_lock:
+            client = self._clients.pop(loop, None) if loop is not None else None
+        if client is not None:
+            blocking.run(client.aclose())
+
     async def aclose(self) -> None:
-        if self._aclient is not None:
-            await self._aclient.aclose()
-            self._aclient = None
-        self.close()
+        """Close this loop's connections, then the blocking callers' ones (awaited, not
+        blocked on)."""
+        loop = asyncio.get_running_loop()
+        private = blocking.running_loop_if_started()
+        with self._clients_lock:
+            own = self._clients.pop(loop, None)
+            other = self._clients.pop(private, None) if private not in (None, loop) else None
+        if own is not None:
+            await own.aclose()
+        if other is not None and private is not None:
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(other.aclose(), private))
 
     def _async_client(self) -> httpx.AsyncClient:
-        if self._aclient is None:
-            self._aclient = httpx.AsyncClient(
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = httpx.AsyncClient(
                 transport=AsyncGuardedTransport(self._policy),
                 timeout=self._timeout,
                 follow_redirects=False,
                 trust_env=False,
             )
-        return self._aclient
+            with self._clients_lock:
+                self._clients[loop] = client
+        return client
 
     @contextlib.asynccontextmanager
     async def _aexchange(
@@ -547,6 +426,7 @@ class Transport:
         guard: _AsyncCancelGuard,
         secrets: tuple[str, ...],
     ) -> AsyncIterator[httpx.Response]:
+        """One HTTP attempt: a 2xx response with its body unread, or a raised error."""
         client = self._async_client()
         response: httpx.Response | None = None
         try:
@@ -569,7 +449,12 @@ class Transport:
                 await response.aclose()
 
     async def _abody_chunks(
-        self, response: httpx.Response, guard: _AsyncCancelGuard, secrets: tuple[str, ...]
+        self,
+        response: httpx.Response,
+        guard: _AsyncCancelGuard,
+        secrets: tuple[str, ...],
+        *,
+        mid_stream: bool,
     ) -> AsyncIterator[bytes]:
         chunks = response.aiter_bytes().__aiter__()
         while True:
@@ -579,7 +464,7 @@ class Transport:
             except StopAsyncIteration:
                 break
             except Exception as exc:
-                raise self._failure(exc, guard.token, secrets, mid_stream=True) from None
+                raise self._failure(exc, guard.token, secrets, mid_stream=mid_stream) from None
             yield chunk
         guard.check()
 
@@ -604,6 +489,7 @@ class Transport:
     async def _abefore_retry(
         self, error: ProviderError, attempt: int, url: str, guard: _AsyncCancelGuard
     ) -> int:
+        """Wait before the next attempt and return its number, or re-raise `error`."""
         delay = self._retry_delay(error, attempt, url)
         if self._sleep is not time.sleep:
             self._sleep(delay)  # a test's clock
@@ -612,46 +498,6 @@ class Transport:
                 await asyncio.sleep(delay)
         guard.check()
         return attempt + 1
-
-    @contextlib.contextmanager
-    def _exchange(
-        self,
-        url: str,
-        headers: Mapping[str, str],
-        content: bytes,
-        model: str,
-        cancel: CancelToken | None,
-        secrets: tuple[str, ...],
-    ) -> Iterator[httpx.Response]:
-        """One HTTP attempt: a 2xx response with its body unread, or a raised error."""
-        if cancel is not None and cancel.cancelled:
-            raise RequestCancelled()
-        abort = _Abort()
-        unregister = cancel.on_cancel(abort.fire) if cancel is not None else None
-        response: httpx.Response | None = None
-        try:
-            request = self._client.build_request(
-                "POST",
-                url,
-                headers={"Content-Type": "application/json", **headers},
-                content=content,
-            )
-            _current.abort = abort
-            try:
-                response = self._client.send(request, stream=True)
-            except Exception as exc:
-                raise self._failure(exc, cancel, secrets, mid_stream=False) from None
-            finally:
-                _current.abort = None
-            if not response.is_success:
-                raise self._status_error(response, model, cancel, secrets)
-            yield response
-        finally:
-            if unregister is not None:
-                unregister()
-            abort.detach()
-            if response is not None:
-                response.close()
 
     def _failure(
         self,
@@ -676,55 +522,6 @@ class Transport:
         if mid_stream:
             return StreamError(f"the connection was lost mid-stream: {detail}")
         return UpstreamUnavailableError(detail)
-
-    def _status_error(
-        self,
-        response: httpx.Response,
-        model: str,
-        cancel: CancelToken | None,
-        secrets: tuple[str, ...],
-    ) -> ProviderError:
-        body = bytearray()
-        try:
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) >= MAX_ERROR_BODY_BYTES:
-                    break
-        except httpx.HTTPError:
-            pass  # a partial error body still says something
-        return _error_from_body(response, bytes(body), model, cancel, secrets)
-
-    def _body_chunks(
-        self, response: httpx.Response, cancel: CancelToken | None, secrets: tuple[str, ...]
-    ) -> Iterator[bytes]:
-        try:
-            yield from response.iter_bytes()
-        except Exception as exc:
-            raise self._failure(exc, cancel, secrets, mid_stream=True) from None
-        if cancel is not None and cancel.cancelled:
-            raise RequestCancelled()
-
-    def _read_body(
-        self, response: httpx.Response, cancel: CancelToken | None, secrets: tuple[str, ...]
-    ) -> bytes:
-        body = bytearray()
-        try:
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > MAX_JSON_BODY_BYTES:
-                    raise ProviderError(f"the reply is larger than {MAX_JSON_BODY_BYTES} bytes")
-        except httpx.HTTPError as exc:
-            raise self._failure(exc, cancel, secrets, mid_stream=False) from None
-        if cancel is not None and cancel.cancelled:
-            raise RequestCancelled()
-        return bytes(body)
-
-    def _before_retry(
-        self, error: ProviderError, attempt: int, url: str, cancel: CancelToken | None
-    ) -> int:
-        """Wait before the next attempt and return its number, or re-raise `error`."""
-        self._wait(self._retry_delay(error, attempt, url), cancel)
-        return attempt + 1
 
     def _retry_delay(self, error: ProviderError, attempt: int, url: str) -> float:
         """How long to wait before retrying after `error`, or re-raise it."""
@@ -755,16 +552,3 @@ class Transport:
         if error.status is not None:
             return error.status in RETRY_STATUSES
         return isinstance(error, (UpstreamUnavailableError, StreamError))
-
-    def _wait(self, delay: float, cancel: CancelToken | None) -> None:
-        if cancel is None or self._sleep is not time.sleep:
-            self._sleep(delay)
-        else:
-            woken = threading.Event()
-            unregister = cancel.on_cancel(woken.set)
-            try:
-                woken.wait(delay)
-            finally:
-                unregister()
-        if cancel is not None and cancel.cancelled:
-            raise RequestCancelled()

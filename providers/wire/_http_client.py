@@ -5,9 +5,11 @@ bedrock_converse) translates requests and parses replies its own way, but they a
 the same things (descriptor, key, base URL, transport, the router's capabilities
 callback), call the same way (build the request, POST it, parse the reply) and stream the
 same way: feed events to a parser, give a failure the partial turn, always release the
-connection, end with the final chunk. That part lives here, once; a wire client supplies
-only its hooks (`_prepare`, `_parse`, `_stream_parser`, and where its API differs,
-`_open_stream`, `_refine_error`, `stop_when_done`).
+connection, end with the final chunk. That part lives here, once, on the event loop
+(`astream`); the blocking `stream()` is `astream` run by `providers.blocking`, and
+`complete()` goes through the transport's `post_json`, itself `apost_json` run the same
+way. A wire client supplies only its hooks (`_prepare`, `_parse`, `_stream_parser`, and
+where its API differs, `_open_astream`, `_refine_error`, `stop_when_done`).
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from abc import abstractmethod
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, ClassVar, NoReturn, Protocol
 
-from .. import errors
+from .. import blocking, errors
 from ..base import ProviderClient
 from ..cancel import CancelToken
 from ..registry import ProviderDescriptor
@@ -29,7 +31,7 @@ Prepared = tuple[str, dict[str, str], dict[str, Any]]
 
 
 class StreamParser(Protocol):
-    """What `HttpProviderClient._stream_turn` needs of a wire module's stream parser.
+    """What `HttpProviderClient._astream_turn` needs of a wire module's stream parser.
 
     A parser with a `done` attribute (set at the API's terminal event) may end the read
     early; parsers of APIs without a terminal event simply have none.
@@ -46,14 +48,6 @@ def keep_partial(exc: errors.ProviderError, partial: AssistantTurn) -> None:
     """Give a transport failure (reset mid-stream, cancel) the text streamed so far."""
     if getattr(exc, "partial", None) is None:
         exc.partial = partial
-
-
-def close_iterator(events: Iterable[Any]) -> None:
-    """Release the connection behind a transport iterator (a generator: `close()` runs its
-    cleanup); iterables without `close` hold nothing."""
-    close = getattr(events, "close", None)
-    if close is not None:
-        close()
 
 
 # After a reply's terminal event, read this long for the end of the body, so that the
@@ -73,7 +67,8 @@ async def drain_iterator(events: AsyncIterable[Any]) -> None:
 
 
 async def aclose_iterator(events: AsyncIterable[Any]) -> None:
-    """`close_iterator` for async generators."""
+    """Release the connection behind a transport iterator (an async generator: `aclose()`
+    runs its cleanup); iterables without `aclose` hold nothing."""
     aclose = getattr(events, "aclose", None)
     if aclose is not None:
         await aclose()
@@ -141,20 +136,6 @@ class HttpProviderClient(ProviderClient):
     def _stream_parser(self, model: str) -> StreamParser:
         """A fresh parser for one streamed reply."""
 
-    def _open_stream(
-        self,
-        url: str,
-        *,
-        headers: dict[str, str],
-        body: dict[str, Any],
-        model: str,
-        cancel: CancelToken | None,
-    ) -> Iterable[Any]:
-        """The events `_stream_parser`'s parser is fed: Server-Sent Events by default."""
-        return self._transport.stream_sse(
-            url, headers=headers, body=body, model=model, cancel=cancel
-        )
-
     def _open_astream(
         self,
         url: str,
@@ -164,7 +145,7 @@ class HttpProviderClient(ProviderClient):
         model: str,
         cancel: CancelToken | None,
     ) -> AsyncIterable[Any]:
-        """`_open_stream` on the event loop."""
+        """The events `_stream_parser`'s parser is fed: Server-Sent Events by default."""
         return self._transport.astream_sse(
             url, headers=headers, body=body, model=model, cancel=cancel
         )
@@ -200,15 +181,13 @@ class HttpProviderClient(ProviderClient):
         tools: list[dict[str, Any]] | None = None,
         **settings: Any,
     ) -> Iterator[StreamChunk]:
-        url, headers, body = self._prepare(model, messages, tools, settings, stream=True)
-        parser = self._stream_parser(model)
-        events = self._open_stream(
-            url, headers=headers, body=body, model=model, cancel=settings.get("cancel")
+        """`astream`, blocking: the same request, parser and chunks, read on the private
+        loop of `providers.blocking` and handed over as they come. Closing it early closes
+        the upstream before `close()` returns; a `cancel` token fired from any thread
+        reaches the read as it does on the engine's loop."""
+        return blocking.iterate(
+            self.astream(model=model, messages=messages, tools=tools, **settings)
         )
-        try:
-            yield from self._stream_turn(parser, events, stop_when_done=self.stop_when_done)
-        except errors.ProviderError as exc:
-            self._reraise(exc, model=model)
 
     async def astream(
         self,
@@ -218,8 +197,8 @@ class HttpProviderClient(ProviderClient):
         tools: list[dict[str, Any]] | None = None,
         **settings: Any,
     ) -> AsyncIterator[StreamChunk]:
-        """`stream` on the event loop: the same request, parser and chunks, read without a
-        thread."""
+        """Stream one reply on the running event loop (the engine's path, read without a
+        thread)."""
         url, headers, body = self._prepare(model, messages, tools, settings, stream=True)
         parser = self._stream_parser(model)
         events = self._open_astream(
@@ -237,7 +216,16 @@ class HttpProviderClient(ProviderClient):
     async def _astream_turn(
         parser: StreamParser, events: AsyncIterable[Any], *, stop_when_done: bool = True
     ) -> AsyncIterator[StreamChunk]:
-        """`_stream_turn` over an async event source (same partial and closing rules)."""
+        """Feed `events` to `parser`, yielding its deltas, then one chunk with the turn.
+
+        Reading stops at the parser's terminal event (`parser.done`) when `stop_when_done`
+        (an API that sends something after it, like Bedrock's usage `metadata`, passes
+        False and reads to the end of the body); the end of the body is drained for a
+        moment first so the connection can go back to the pool. A `ProviderError` on the
+        way keeps the partial turn and propagates; the event iterator is closed whatever
+        happens, so a consumer that stops early (Stop, a crash) never leaves the upstream
+        socket open. `finish()` judges a stream that ended without its terminal event.
+        """
         try:
             async for event in events:
                 for chunk in parser.feed(event):
@@ -257,28 +245,3 @@ class HttpProviderClient(ProviderClient):
         if refined is exc:
             raise exc
         raise refined from None
-
-    @staticmethod
-    def _stream_turn(
-        parser: StreamParser, events: Iterable[Any], *, stop_when_done: bool = True
-    ) -> Iterator[StreamChunk]:
-        """Feed `events` to `parser`, yielding its deltas, then one chunk with the turn.
-
-        Reading stops at the parser's terminal event (`parser.done`) when `stop_when_done`
-        (an API that sends something after it, like Bedrock's usage `metadata`, passes
-        False and reads to the end of the body). A `ProviderError` on the way keeps the
-        partial turn and propagates; the event iterator is closed whatever happens, so a
-        consumer that stops early (Stop, a crash) never leaves the upstream socket open.
-        `finish()` judges a stream that ended without its terminal event.
-        """
-        try:
-            for event in events:
-                yield from parser.feed(event)
-                if stop_when_done and getattr(parser, "done", False):
-                    break
-        except errors.ProviderError as exc:
-            keep_partial(exc, parser.partial_turn())
-            raise
-        finally:
-            close_iterator(events)
-        yield StreamChunk(turn=parser.finish())

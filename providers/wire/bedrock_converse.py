@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -37,7 +37,7 @@ from ..eventstream import EventStreamDecoder, EventStreamMessage
 from ..registry import ProviderDescriptor
 from ..transport import encode_body
 from ..types import AssistantTurn, Context, ModelCapabilities, StreamChunk, TokenUsage, ToolCall
-from ._http_client import HttpProviderClient, Prepared, aclose_iterator, close_iterator
+from ._http_client import HttpProviderClient, Prepared, aclose_iterator
 from .openai_completions import parse_tool_arguments
 
 logger = logging.getLogger(__name__)
@@ -749,21 +749,6 @@ class BedrockConverseClient(HttpProviderClient):
     def _stream_parser(self, model: str) -> ConverseStreamParser:
         return ConverseStreamParser(model=model)
 
-    def _open_stream(
-        self,
-        url: str,
-        *,
-        headers: dict[str, str],
-        body: dict[str, Any],
-        model: str,
-        cancel: CancelToken | None,
-    ) -> Iterator[EventStreamMessage]:
-        """The binary event stream, decoded into messages."""
-        chunks = self._transport.stream_bytes(
-            url, headers=headers, body=body, model=model, cancel=cancel
-        )
-        return _decoded(chunks)
-
     def _open_astream(
         self,
         url: str,
@@ -783,7 +768,8 @@ class BedrockConverseClient(HttpProviderClient):
 
 
 async def _adecoded(chunks: AsyncIterator[bytes]) -> AsyncIterator[EventStreamMessage]:
-    """`_decoded` over an async body."""
+    """The event-stream messages in a body's byte chunks (CRCs checked, a frame cut short
+    at the end is an error); closing this closes the transport's iterator."""
     decoder = EventStreamDecoder()
     try:
         async for data in chunks:
@@ -792,15 +778,3 @@ async def _adecoded(chunks: AsyncIterator[bytes]) -> AsyncIterator[EventStreamMe
         decoder.flush()
     finally:
         await aclose_iterator(chunks)
-
-
-def _decoded(chunks: Iterator[bytes]) -> Iterator[EventStreamMessage]:
-    """The event-stream messages in a body's byte chunks (CRCs checked, a frame cut short
-    at the end is an error); closing this closes the transport's iterator."""
-    decoder = EventStreamDecoder()
-    try:
-        for data in chunks:
-            yield from decoder.feed(data)
-        decoder.flush()
-    finally:
-        close_iterator(chunks)

@@ -635,7 +635,8 @@ async def test_router_astream_goes_to_the_prefixed_provider_and_aclose_closes_it
             prefixed = await collect(router.astream(model="anthropic:claude-x", messages=USER))
             other = await collect(router.astream(model="deepseek:deepseek-chat", messages=USER))
             bare = await collect(router.astream(model="claude-y", messages=USER))
-            clients = [built._aclient for built in transports]
+            loop = asyncio.get_running_loop()
+            clients = [built._clients.get(loop) for built in transports]
             open_before = [client is not None and not client.is_closed for client in clients]
         finally:
             await router.aclose()
@@ -650,7 +651,7 @@ async def test_router_astream_goes_to_the_prefixed_provider_and_aclose_closes_it
     assert len(transports) == 2  # one client per provider, reused for the bare model
     assert open_before == [True, True]
     assert all(client.is_closed for client in clients)
-    assert all(built._aclient is None for built in transports)
+    assert all(not built._clients for built in transports)
 
 
 async def test_router_astream_runs_a_client_without_its_own_astream_in_a_stream_thread():

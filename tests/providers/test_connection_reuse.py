@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -211,3 +212,36 @@ async def test_a_host_name_is_still_looked_up_off_the_loop(monkeypatch):
         chunks = await collect(w.astream())
     assert chunks[-1].turn.text == "By name."
     assert hops  # the name's lookup ran in a thread
+
+
+# --- the blocking path ----------------------------------------------------------------
+
+
+async def _in_a_new_thread(call: Callable[[], Any]) -> Any:
+    """`call()` on a thread of its own (not a pool's, which might be the last one's)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+
+    def run() -> None:
+        try:
+            result = call()
+        except BaseException as exc:
+            loop.call_soon_threadsafe(done.set_exception, exc)
+        else:
+            loop.call_soon_threadsafe(done.set_result, result)
+
+    threading.Thread(target=run).start()
+    return await done
+
+
+async def test_blocking_calls_from_different_threads_reuse_one_connection(connects):
+    """`stream()` runs on the one private loop of `providers.blocking`, whichever thread
+    calls it, so its pooled connection serves the next blocking call too."""
+    async with wired("anthropic") as w:
+        w.server.push(fake.Reply(fake.text("First.")), fake.Reply(fake.text("Second.")))
+        first = await _in_a_new_thread(w.stream)
+        second = await _in_a_new_thread(w.stream)
+
+    assert first[-1].turn.text == "First." and second[-1].turn.text == "Second."
+    assert len(w.server.requests) == 2
+    assert len(connects) == 1

@@ -511,11 +511,12 @@ class RecordingTransport:
         self.calls: list[dict] = []
         self.closed = False
 
-    def stream_sse(self, url, *, headers, body, model, cancel=None):
+    async def astream_sse(self, url, *, headers, body, model, cancel=None):
         self.calls.append(
             {"url": url, "headers": dict(headers), "body": body, "model": model, "cancel": cancel}
         )
-        yield from self.events
+        for event in self.events:
+            yield event
 
     def post_json(self, url, *, headers, body, model, cancel=None):
         self.calls.append(
@@ -578,12 +579,12 @@ def test_keyless_vendors_send_no_authorization_header():
 
 
 def test_a_transport_failure_mid_stream_keeps_the_partial_text():
-    def broken(url, **kwargs):
+    async def broken(url, **kwargs):
         yield chunk({"content": "partial"})
         raise errors.StreamError("connection reset")
 
     transport = RecordingTransport()
-    transport.stream_sse = broken
+    transport.astream_sse = broken
     client = _client(transport=transport)
 
     with pytest.raises(errors.StreamError) as info:

@@ -695,9 +695,10 @@ class RecordingTransport:
         self.payload = payload
         self.calls: list[dict] = []
 
-    def stream_sse(self, url, *, headers, body, model, cancel=None):
+    async def astream_sse(self, url, *, headers, body, model, cancel=None):
         self.calls.append({"url": url, "headers": dict(headers), "body": body, "cancel": cancel})
-        yield from self.events
+        for event in self.events:
+            yield event
 
     def post_json(self, url, *, headers, body, model, cancel=None):
         self.calls.append({"url": url, "headers": dict(headers), "body": body, "cancel": cancel})

@@ -126,16 +126,6 @@ def test_model_routes_to_its_registered_prefix_and_the_prefix_is_stripped(model,
     assert ask(router, model) == answer
 
 
-def test_routing_helpers_follow_the_seed_rules():
-    router, _ = make_router()
-
-    assert router._provider_name("qwen2.5-coder:32b") == "openai"
-    assert router._bare("qwen2.5-coder:32b") == "qwen2.5-coder:32b"
-    assert router._provider_name("ollama:qwen2.5-coder:32b") == "ollama"
-    assert router._bare("ollama:qwen2.5-coder:32b") == "qwen2.5-coder:32b"
-    assert router._bare("unknown:thing") == "unknown:thing"
-
-
 def test_bare_model_goes_to_the_configured_default_provider():
     router, factory = make_router(default_provider="ollama")
 
@@ -157,7 +147,6 @@ def test_prefixed_and_bare_default_model_share_one_cached_client():
 
     assert factory.names() == ["openai"]
     assert [c["model"] for c in factory.built[0].calls] == ["gpt-x", "gpt-x", "nosuch:gpt-x"]
-    assert router._client_for("gpt-x") is router._client_for("openai:gpt-y")
 
 
 def test_settings_tools_and_messages_pass_through_untouched():

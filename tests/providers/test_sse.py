@@ -1,10 +1,20 @@
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from providers.sse import SSEDecoder, SSEEvent, SSEProtocolError, iter_sse
+from providers.sse import SSEDecoder, SSEEvent, SSEProtocolError
+
+
+def iter_sse(byte_chunks: Iterable[bytes]) -> Iterator[SSEEvent]:
+    """The decoder as the transport drives it: each chunk fed as it comes, then flushed."""
+    decoder = SSEDecoder()
+    for chunk in byte_chunks:
+        yield from decoder.feed(chunk)
+    yield from decoder.flush()
 
 
 def parse(data: bytes) -> list[SSEEvent]:

@@ -7,11 +7,12 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from providers import blocking
 from providers.cancel import CancelToken
 from providers.errors import (
     BadRequestError,
@@ -93,6 +94,12 @@ def h1_upstream():
     yield start
     for upstream in started:
         upstream.close()
+
+
+def stream_sse(transport: Transport, url: str, **kwargs) -> Iterator[SSEEvent]:
+    """The blocking stream of Server-Sent Events, as the wire clients' `stream()` reads it:
+    the transport's `astream_sse` on the private loop of `providers.blocking`."""
+    return blocking.iterate(transport.astream_sse(url, **kwargs))
 
 
 def make_transport(**kwargs) -> tuple[Transport, list[float]]:
@@ -418,7 +425,7 @@ def test_a_key_in_the_query_string_is_refused(h1_upstream):
 def test_stream_yields_events(h1_upstream):
     upstream = h1_upstream(stream(EVENT_1, b": ping\n\n", EVENT_2))
     transport, _ = make_transport()
-    events = list(transport.stream_sse(upstream.url, headers=HEADERS, body={"a": 1}, model="m"))
+    events = list(stream_sse(transport, upstream.url, headers=HEADERS, body={"a": 1}, model="m"))
     assert events == [
         SSEEvent("message_start", '{"n":1}'),
         SSEEvent("message_stop", '{"n":2}'),
@@ -437,7 +444,7 @@ def test_stream_yields_each_event_as_it_arrives(h1_upstream):
 
     upstream = h1_upstream(step)
     transport, _ = make_transport()
-    events = transport.stream_sse(upstream.url, headers=HEADERS, body={}, model="m")
+    events = stream_sse(transport, upstream.url, headers=HEADERS, body={}, model="m")
     started = time.monotonic()
     assert next(events).event == "message_start"
     assert time.monotonic() - started < 2
@@ -450,7 +457,7 @@ def test_nothing_is_retried_after_the_first_event(h1_upstream):
     transport, waits = make_transport()
     received = []
     with pytest.raises(StreamError):
-        for event in transport.stream_sse(upstream.url, headers=HEADERS, body={}, model="m"):
+        for event in stream_sse(transport, upstream.url, headers=HEADERS, body={}, model="m"):
             received.append(event)
     assert [e.event for e in received] == ["message_start"]
     assert upstream.attempts == 1
@@ -460,7 +467,7 @@ def test_nothing_is_retried_after_the_first_event(h1_upstream):
 def test_a_stream_failing_before_any_event_is_retried(h1_upstream):
     upstream = h1_upstream(stream_then(b"", "cut-before-events"), stream(EVENT_1, EVENT_2))
     transport, waits = make_transport()
-    events = list(transport.stream_sse(upstream.url, headers=HEADERS, body={}, model="m"))
+    events = list(stream_sse(transport, upstream.url, headers=HEADERS, body={}, model="m"))
     assert len(events) == 2
     assert upstream.attempts == 2
     assert len(waits) == 1
@@ -469,7 +476,7 @@ def test_a_stream_failing_before_any_event_is_retried(h1_upstream):
 def test_stream_error_status_is_retried_like_any_request(h1_upstream):
     upstream = h1_upstream(OVERLOADED, stream(EVENT_1))
     transport, _ = make_transport()
-    events = list(transport.stream_sse(upstream.url, headers=HEADERS, body={}, model="m"))
+    events = list(stream_sse(transport, upstream.url, headers=HEADERS, body={}, model="m"))
     assert events == [SSEEvent("message_start", '{"n":1}')]
     assert upstream.attempts == 2
 
@@ -477,7 +484,7 @@ def test_stream_error_status_is_retried_like_any_request(h1_upstream):
 def test_reset_mid_stream_is_a_stream_error(h1_upstream):
     upstream = h1_upstream(stream_then(EVENT_1, "reset"))
     transport, _ = make_transport()
-    events = transport.stream_sse(upstream.url, headers=HEADERS, body={}, model="m")
+    events = stream_sse(transport, upstream.url, headers=HEADERS, body={}, model="m")
     assert next(events).event == "message_start"
     with pytest.raises(StreamError) as caught:
         next(events)
@@ -487,7 +494,7 @@ def test_reset_mid_stream_is_a_stream_error(h1_upstream):
 def test_read_idle_timeout_fires_mid_stream(h1_upstream):
     upstream = h1_upstream(stream_then(EVENT_1, "silence", silence=5))
     transport, _ = make_transport(read_timeout=0.3)
-    events = transport.stream_sse(upstream.url, headers=HEADERS, body={}, model="m")
+    events = stream_sse(transport, upstream.url, headers=HEADERS, body={}, model="m")
     assert next(events).event == "message_start"
     started = time.monotonic()
     with pytest.raises(StreamError, match="no data"):
@@ -498,7 +505,7 @@ def test_read_idle_timeout_fires_mid_stream(h1_upstream):
 def test_closing_the_stream_early_releases_the_connection(h1_upstream):
     upstream = h1_upstream(stream_then(EVENT_1, "drip", silence=0.2))
     transport, _ = make_transport()
-    events = transport.stream_sse(upstream.url, headers=HEADERS, body={}, model="m")
+    events = stream_sse(transport, upstream.url, headers=HEADERS, body={}, model="m")
     next(events)
     events.close()
     assert upstream.disconnected.wait(5)
@@ -516,8 +523,8 @@ def test_cancel_closes_the_upstream_and_unblocks_the_read_at_once(h1_upstream):
 
     def consume():
         try:
-            for _ in transport.stream_sse(
-                upstream.url, headers=HEADERS, body={}, model="m", cancel=cancel
+            for _ in stream_sse(
+                transport, upstream.url, headers=HEADERS, body={}, model="m", cancel=cancel
             ):
                 got_first.set()
         except BaseException as exc:
@@ -557,7 +564,9 @@ def test_cancel_before_start_sends_nothing(h1_upstream):
     with pytest.raises(RequestCancelled):
         transport.post_json(upstream.url, headers=HEADERS, body={}, model="m", cancel=cancel)
     with pytest.raises(RequestCancelled):
-        list(transport.stream_sse(upstream.url, headers=HEADERS, body={}, model="m", cancel=cancel))
+        list(
+            stream_sse(transport, upstream.url, headers=HEADERS, body={}, model="m", cancel=cancel)
+        )
     assert upstream.attempts == 0
 
 

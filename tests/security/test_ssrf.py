@@ -1,5 +1,6 @@
-"""SSRF through the real outbound path: `Transport.post_json`, `Transport.stream_sse` and
-the `fetch_url` tool, each over `GuardedTransport`, against hostile targets.
+"""SSRF through the real outbound path: `Transport.post_json`, `Transport.astream_sse` (read
+as the blocking `stream()` reads it) and the `fetch_url` tool, each over the guard
+(`AsyncGuardedTransport`; `GuardedTransport` for the tool), against hostile targets.
 
 A recording HTTP server listens on loopback; every hostile URL names its port, so a
 guard that let a loopback-bound request through would show up as a recorded request.
@@ -20,6 +21,7 @@ import pytest
 
 from openworker.runtime.agent.tools import ToolContext
 from openworker.runtime.agent.tools.fetch_url import FetchUrlTool
+from providers import blocking
 from providers.errors import OutboundBlockedError, ProviderError
 from providers.outbound import OutboundPolicy
 from providers.transport import Transport
@@ -237,12 +239,14 @@ def test_stream_sse_refuses_every_hostile_target(sink: ThreadingHTTPServer, port
     try:
         for url in urls:
             refused(
-                lambda url=url: list(client.stream_sse(url, headers=HEADERS, body=BODY, model="m"))
+                lambda url=url: list(
+                    blocking.iterate(client.astream_sse(url, headers=HEADERS, body=BODY, model="m"))
+                )
             )
     finally:
         client.close()
     assert sink.hits == []  # type: ignore[attr-defined]
-    record("ssrf.stream_sse", len(urls), "hostile targets refused through Transport.stream_sse")
+    record("ssrf.stream_sse", len(urls), "hostile targets refused through Transport.astream_sse")
 
 
 def test_fetch_url_refuses_every_hostile_target(sink: ThreadingHTTPServer, port: int) -> None:
