@@ -32,6 +32,11 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         try:
+            if getattr(self._reader, "_buffer", None):
+                # Bytes already buffered: the read returns without waiting, so no
+                # timeout needs arming (a timer scheduled and cancelled per read was a
+                # visible share of a token-sized read's cost).
+                return await self._reader.read(max_bytes)
             async with asyncio.timeout(timeout):
                 return await self._reader.read(max_bytes)
         except TimeoutError:

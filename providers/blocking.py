@@ -40,7 +40,7 @@ T = TypeVar("T")
 # close is a socket shutdown (milliseconds); this only bounds a loop that is stuck.
 CLOSE_WAIT_SECONDS = 5.0
 
-_ITEM, _END, _ERROR = 0, 1, 2
+_ITEMS, _END, _ERROR = 0, 1, 2
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
@@ -99,8 +99,9 @@ def iterate(stream: AsyncIterator[T]) -> Iterator[T]:
     """Iterate the async iterator `stream` on the private loop and yield its items here.
 
     One task reads the whole stream (a `CancelToken`'s guard cancels the task it was
-    created in, so the reads must not hop between tasks) and hands each item over as it
-    comes; a burst read at once is handed over as a burst. Nothing starts before the
+    created in, so the reads must not hop between tasks) and hands items over as they
+    come: each as soon as the task waits again, so what one read completed (a burst of
+    events) crosses in one hand-off. Nothing starts before the
     first `next()`. Leaving early (`close()`, a break, an error in the consumer) cancels
     that task and waits until the stream is closed: the upstream socket is released
     before `close()` returns.
@@ -108,12 +109,22 @@ def iterate(stream: AsyncIterator[T]) -> Iterator[T]:
     loop = background_loop()
     _check_caller()
     items: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
+    batch: list[T] = []
+
+    def hand_over() -> None:
+        # Runs when the pump next waits (a `call_soon` callback): everything one read
+        # completed crosses to the consumer in one put, one wake-up of its thread.
+        if batch:
+            items.put((_ITEMS, batch.copy()))
+            batch.clear()
 
     async def pump() -> None:
         outcome: tuple[int, Any] = (_END, None)
         try:
             async for item in stream:
-                items.put((_ITEM, item))
+                if not batch:
+                    loop.call_soon(hand_over)
+                batch.append(item)
         except BaseException as exc:  # the consumer's own cancel too: nobody reads it then
             outcome = (_ERROR, exc)
             if isinstance(exc, asyncio.CancelledError):
@@ -124,6 +135,7 @@ def iterate(stream: AsyncIterator[T]) -> Iterator[T]:
                 if aclose is not None:
                     await aclose()
             finally:
+                hand_over()
                 items.put(outcome)  # after the close: the consumer never waits for it
 
     tasks: list[asyncio.Task[None]] = []
@@ -142,8 +154,8 @@ def iterate(stream: AsyncIterator[T]) -> Iterator[T]:
     try:
         while True:
             kind, value = items.get()
-            if kind == _ITEM:
-                yield value
+            if kind == _ITEMS:
+                yield from value
                 continue
             ended = True
             if kind == _ERROR:

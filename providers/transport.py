@@ -294,7 +294,7 @@ class Transport:
             raise ProviderError("the upstream answered with JSON that is not an object")
         return data
 
-    async def astream_sse(
+    def astream_sse(
         self,
         url: str,
         *,
@@ -303,18 +303,18 @@ class Transport:
         model: str,
         cancel: CancelToken | None = None,
     ) -> AsyncIterator[SSEEvent]:
-        """POST `body` and yield its Server-Sent Events as they arrive.
+        """POST `body` and yield its Server-Sent Events as they arrive (nothing is sent
+        before the first `__anext__`; `aclose()` releases the connection at once).
 
         Raises `StreamError` when the connection fails mid-stream; whether the stream
         ended with its terminal event is for the caller (the wire module) to judge.
+        The generator is `_astream`'s own, not a wrapper of it: one generator hop fewer
+        for every event of every turn.
         """
         request_headers = {"Accept": "text/event-stream", **headers}
-        stream = self._astream(url, request_headers, body, model, cancel, _sse_decoder)
-        async with contextlib.aclosing(stream):  # leaving early releases the connection now
-            async for event in stream:
-                yield event
+        return self._astream(url, request_headers, body, model, cancel, _sse_decoder)
 
-    async def astream_bytes(
+    def astream_bytes(
         self,
         url: str,
         *,
@@ -329,10 +329,7 @@ class Transport:
         caller's. Same retry and cancel rules as `astream_sse`. The request body is
         `encode_body(body)`, so a caller that signs the body signs those bytes.
         """
-        stream = self._astream(url, headers, body, model, cancel, _chunk_decoder)
-        async with contextlib.aclosing(stream):
-            async for chunk in stream:
-                yield chunk
+        return self._astream(url, headers, body, model, cancel, _chunk_decoder)
 
     async def _astream(
         self,

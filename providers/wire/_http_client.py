@@ -31,7 +31,7 @@ Prepared = tuple[str, dict[str, str], dict[str, Any]]
 
 
 class StreamParser(Protocol):
-    """What `HttpProviderClient._astream_turn` needs of a wire module's stream parser.
+    """What `HttpProviderClient.astream` needs of a wire module's stream parser.
 
     A parser with a `done` attribute (set at the API's terminal event) may end the read
     early; parsers of APIs without a terminal event simply have none.
@@ -198,47 +198,38 @@ class HttpProviderClient(ProviderClient):
         **settings: Any,
     ) -> AsyncIterator[StreamChunk]:
         """Stream one reply on the running event loop (the engine's path, read without a
-        thread)."""
+        thread): the parser's deltas, then one chunk with the turn.
+
+        Reading stops at the parser's terminal event (`parser.done`) when
+        `stop_when_done`, after draining the end of the body for a moment so the
+        connection can go back to the pool. A `ProviderError` on the way keeps the partial
+        turn and propagates; the event iterator is closed whatever happens, so a consumer
+        that stops early (Stop, a crash) never leaves the upstream socket open. `finish()`
+        judges a stream that ended without its terminal event. One generator, not one
+        per step: each layer is a hop for every event of every turn.
+        """
         url, headers, body = self._prepare(model, messages, tools, settings, stream=True)
         parser = self._stream_parser(model)
         events = self._open_astream(
             url, headers=headers, body=body, model=model, cancel=settings.get("cancel")
         )
         try:
-            async for chunk in self._astream_turn(
-                parser, events, stop_when_done=self.stop_when_done
-            ):
-                yield chunk
+            try:
+                async for event in events:
+                    for chunk in parser.feed(event):
+                        yield chunk
+                    if self.stop_when_done and getattr(parser, "done", False):
+                        await drain_iterator(events)
+                        break
+            except errors.ProviderError as exc:
+                keep_partial(exc, parser.partial_turn())
+                raise
+            finally:
+                await aclose_iterator(events)
+            turn = parser.finish()
         except errors.ProviderError as exc:
             self._reraise(exc, model=model)
-
-    @staticmethod
-    async def _astream_turn(
-        parser: StreamParser, events: AsyncIterable[Any], *, stop_when_done: bool = True
-    ) -> AsyncIterator[StreamChunk]:
-        """Feed `events` to `parser`, yielding its deltas, then one chunk with the turn.
-
-        Reading stops at the parser's terminal event (`parser.done`) when `stop_when_done`
-        (an API that sends something after it, like Bedrock's usage `metadata`, passes
-        False and reads to the end of the body); the end of the body is drained for a
-        moment first so the connection can go back to the pool. A `ProviderError` on the
-        way keeps the partial turn and propagates; the event iterator is closed whatever
-        happens, so a consumer that stops early (Stop, a crash) never leaves the upstream
-        socket open. `finish()` judges a stream that ended without its terminal event.
-        """
-        try:
-            async for event in events:
-                for chunk in parser.feed(event):
-                    yield chunk
-                if stop_when_done and getattr(parser, "done", False):
-                    await drain_iterator(events)
-                    break
-        except errors.ProviderError as exc:
-            keep_partial(exc, parser.partial_turn())
-            raise
-        finally:
-            await aclose_iterator(events)
-        yield StreamChunk(turn=parser.finish())
+        yield StreamChunk(turn=turn)
 
     def _reraise(self, exc: errors.ProviderError, *, model: str) -> NoReturn:
         refined = self._refine_error(exc, model=model)
