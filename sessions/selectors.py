@@ -12,9 +12,12 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, Q, QuerySet, Sum
 
+from providers.capabilities import split_model
 from providers.edge.matrix import curated_matrix, models_for_user
+from providers.edge.models import ProviderProfile
+from sessions.content import text_parts as _text_parts
 from sessions.models import CompactionCheckpoint, Message, Session, Turn, UserPreferences
-from sessions.search import session_search
+from sessions.search import SEARCHED_ROLES, normalise_query, session_search
 
 
 def session_list(*, user: AbstractBaseUser) -> QuerySet[Session]:
@@ -283,9 +286,6 @@ def _snippet(text: str, query: str) -> str | None:
 def session_search_results(*, user: AbstractBaseUser, query: str) -> list[dict[str, Any]]:
     """Sidebar search: matching sessions (sessions.search), newest first, each with a
     snippet of the message text that matched (or of the title)."""
-    from sessions.content import text_parts as _text_parts
-    from sessions.search import SEARCHED_ROLES, normalise_query, session_search
-
     query = normalise_query(query)
     if not query:
         return []
@@ -318,10 +318,6 @@ def session_search_results(*, user: AbstractBaseUser, query: str) -> list[dict[s
 
 def providers_with_keys(*, user: AbstractBaseUser) -> set[str]:
     """Providers this user can call: a profile of their own or the organisation's."""
-    from django.db.models import Q
-
-    from providers.edge.models import ProviderProfile
-
     return set(
         ProviderProfile.objects.filter(Q(owner=user) | Q(owner__isnull=True)).values_list(
             "provider", flat=True
@@ -330,8 +326,6 @@ def providers_with_keys(*, user: AbstractBaseUser) -> set[str]:
 
 
 def model_provider(model: str) -> str:
-    from providers.capabilities import split_model
-
     return split_model(model, default_provider=settings.DEFAULT_PROVIDER)[0]
 
 
@@ -340,8 +334,6 @@ def usable_model(*, user: AbstractBaseUser) -> str | None:
     among the user's own default, the curated models (admin order) and the site default;
     None when no provider has a key anywhere (the page then says so, with a link to
     Settings)."""
-    from sessions.models import UserPreferences
-
     keys = providers_with_keys(user=user)
     if not keys:
         return None
@@ -372,8 +364,6 @@ def workspace_files(*, session: Session, limit: int = 500) -> list[dict[str, Any
 
 
 def user_theme(*, user: AbstractBaseUser) -> str:
-    from sessions.models import UserPreferences
-
     if not getattr(user, "is_authenticated", False):
         return UserPreferences.Theme.SYSTEM
     chosen = UserPreferences.objects.filter(user=user).values_list("theme", flat=True).first()
