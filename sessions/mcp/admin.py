@@ -26,6 +26,7 @@ def _parse_headers(text: str) -> dict[str, str]:
 
 
 class McpServerForm(forms.ModelForm):
+    url = forms.URLField(required=False, max_length=500, assume_scheme="https")
     bearer_token = forms.CharField(
         required=False,
         widget=forms.PasswordInput(render_value=False),

@@ -24,7 +24,7 @@ import httpx
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamablehttp_client
+from mcp.client.streamable_http import streamable_http_client
 
 from providers.cancel import CancelToken
 from providers.outbound import AsyncGuardedTransport, OutboundPolicy
@@ -108,13 +108,11 @@ async def connect(
                 )
             )
         else:
+            http = await stack.enter_async_context(
+                _guarded_client_factory(spec.outbound)(headers=dict(spec.headers))
+            )
             read, write, _ = await stack.enter_async_context(
-                streamablehttp_client(
-                    spec.url,
-                    headers=dict(spec.headers),
-                    timeout=CONNECT_TIMEOUT_SECONDS,
-                    httpx_client_factory=_guarded_client_factory(spec.outbound),
-                )
+                streamable_http_client(spec.url, http_client=http)
             )
         session = await stack.enter_async_context(
             ClientSession(read, write, message_handler=on_message)
