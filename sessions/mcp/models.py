@@ -19,8 +19,9 @@ from django.db import models
 from providers.edge import crypto
 
 # The server's name prefixes each of its tools' names (`<name>__<tool>`): short, and made of
-# the characters every provider accepts in a tool name, so the prefix never needs rewriting.
-SERVER_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,19}$")
+# the characters every provider accepts in a tool name, so the prefix never needs rewriting;
+# single underscores only, so the first "__" of a tool name always ends the server's name.
+SERVER_NAME_PATTERN = re.compile(r"^(?=.{1,20}$)[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
 
 # A call that waits longer than this on one MCP server is ended and reported to the model.
 DEFAULT_TIMEOUT_SECONDS = 30
@@ -31,7 +32,7 @@ DEFAULT_MAX_RESULT_BYTES = 100_000
 def validate_server_name(value: str) -> None:
     if not SERVER_NAME_PATTERN.match(value or ""):
         raise ValidationError(
-            "Use 1-20 lowercase letters, digits or underscores, starting with a letter."
+            "Use 1-20 lowercase letters, digits and single underscores, starting with a letter."
         )
 
 
