@@ -6,17 +6,20 @@ records every call. A call a crash left without a result is never sent again una
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import sys
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import Group
 
+from openworker.runtime.agent.degradation import IMAGE_PLACEHOLDER
 from openworker.runtime.agent.tools.mcp import discover_and_store
 from sessions.mcp.models import McpCall, McpServer, McpToolPolicy, SessionMcpServer
 from sessions.models import Message, Session, Turn
-from tests.fakes import AnthropicMessagesFake, Reply, text, tool_call
-from tests.mcp.servers import http_server
+from tests.fakes import AnthropicMessagesFake, OpenAIChatFake, Reply, text, tool_call
+from tests.mcp.servers import PNG_1PX, http_server
 from tests.support.chat import point_provider_at, read_until_status
 from tests.test_engine_embedded import open_socket
 from tests.test_mcp_client import STDIO_SCRIPT
@@ -258,11 +261,37 @@ async def test_a_call_past_the_servers_timeout_is_a_tool_error(owner, fake, mcp_
     assert "slow:finished" not in mcp_http["events"]
 
 
-async def test_an_image_result_reaches_the_model_as_a_placeholder(owner, fake, mcp_http):
+async def test_an_image_result_reaches_a_vision_model_as_an_image(
+    owner, fake, mcp_http, settings, tmp_path
+):
+    settings.MEDIA_ROOT = tmp_path
     server = await sync_to_async(register)(owner, mcp_http["url"], default_policy="allow")
     fake.push(Reply(tool_call("docs__picture", {})), Reply(text("A picture.")))
     await ask(owner, await session_using(owner, fake, server))
-    assert "[image: image/png" in result_text(tool_result(fake))
+    blocks = tool_result(fake)["content"]
+    assert blocks[0] == {"type": "text", "text": f"[image: image/png, {len(PNG_1PX)} bytes]"}
+    assert blocks[1]["type"] == "image"
+    assert base64.b64decode(blocks[1]["source"]["data"]) == PNG_1PX
+    stored = await Message.objects.aget(role="tool")
+    assert stored.content[1]["image_url"]["url"].startswith("attachment:")  # not the bytes
+
+
+async def test_an_image_result_degrades_to_the_placeholder_for_a_text_only_model(
+    owner, mcp_http, settings, tmp_path
+):
+    settings.MEDIA_ROOT = tmp_path
+    server = await sync_to_async(register)(owner, mcp_http["url"], default_policy="allow")
+    with OpenAIChatFake(api_key=None) as ollama:
+        ollama.push(Reply(tool_call("docs__picture", {})), Reply(text("Cannot see it.")))
+        await sync_to_async(point_provider_at)(owner, "ollama", ollama.base_url, api_key="")
+        session = await Session.objects.acreate(owner=owner, model="ollama:llama3.3")
+        await SessionMcpServer.objects.acreate(session=session, server=server)
+        events = await ask(owner, session)
+        sent = ollama.requests[-1].body["messages"][-1]
+    assert events[-1]["status"] == "completed"
+    assert sent["role"] == "tool"
+    assert IMAGE_PLACEHOLDER in sent["content"]
+    assert "iVBOR" not in json.dumps(ollama.requests[-1].body)
 
 
 async def test_a_call_a_crash_left_unfinished_is_not_sent_again(owner, fake, mcp_http):

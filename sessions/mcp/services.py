@@ -7,13 +7,16 @@ import uuid
 from typing import Any
 
 from django.conf import settings
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from providers.errors import ProviderError
 from providers.outbound import OutboundPolicy
+from sessions.attachments import AttachmentRejected, attachment_create
 from sessions.mcp.models import McpCall, McpServer, SessionMcpServer
+from sessions.models import Session
 
 # What the record keeps of why a call failed (never the result itself).
 MAX_DETAIL_CHARS = 300
@@ -128,3 +131,20 @@ def mcp_call_finish(
         result_bytes=result_bytes,
         detail=detail[:MAX_DETAIL_CHARS],
     )
+
+
+def mcp_image_store(
+    *, user_id: int | None, session_id: uuid.UUID | str, data: bytes, name: str
+) -> str | None:
+    """Keep an image a tool returned as the session owner's attachment (the same sniffing
+    and size limit as an upload); its id, or None when it is refused."""
+    session = Session.objects.select_related("owner").get(pk=session_id)
+    if user_id is not None and session.owner_id != user_id:
+        return None
+    try:
+        attachment = attachment_create(
+            owner=session.owner, session=session, upload=SimpleUploadedFile(name, data)
+        )
+    except AttachmentRejected:
+        return None
+    return str(attachment.pk)

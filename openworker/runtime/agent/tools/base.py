@@ -43,9 +43,11 @@ class ToolContext:
 
 @dataclass(frozen=True)
 class ToolResult:
-    """What goes back to the model as the tool message. `is_error` marks a failed call."""
+    """What goes back to the model as the tool message. `is_error` marks a failed call.
+    `content` is text, or canonical parts (text and `attachment:` images) for tools that
+    return pictures."""
 
-    content: str
+    content: str | list[dict[str, Any]]
     is_error: bool = False
 
 

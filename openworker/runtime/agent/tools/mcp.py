@@ -16,6 +16,7 @@ import concurrent.futures
 import json
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -196,7 +197,8 @@ class McpTool(Tool):
                 None,
             )
         assert end.result is not None
-        text, size = render_result(end.result)
+        rendered = render_result(end.result)
+        size = rendered.size
         if size > server.max_result_bytes:
             return (
                 McpCall.Outcome.OVERSIZE,
@@ -209,26 +211,41 @@ class McpTool(Tool):
                 size,
             )
         if end.result.isError:
+            text = rendered.text
             return McpCall.Outcome.ERROR, ToolResult(text, is_error=True), text[:300], size
-        return McpCall.Outcome.OK, ToolResult(text), "", size
+        content = await _content_for_model(rendered, ctx, server.name)
+        return McpCall.Outcome.OK, ToolResult(content), "", size
 
 
-def render_result(result: types.CallToolResult) -> tuple[str, int]:
-    """The tool message's text and the result's size in bytes (images counted decoded).
+@dataclass(frozen=True)
+class RenderedResult:
+    """A tool result as the model will get it: text, images (mime, bytes), total size."""
 
-    Text blocks are joined; structured content is added as JSON when no text block carries
-    it; images become a placeholder naming their type and size (tool messages are text for
-    every provider today)."""
+    text: str
+    images: list[tuple[str, bytes]]
+    size: int
+
+
+def render_result(result: types.CallToolResult) -> RenderedResult:
+    """Text blocks are joined; structured content is added as JSON when no text block
+    carries it; each image is named in the text and kept for the model (images counted
+    decoded in the size)."""
     parts: list[str] = []
+    images: list[tuple[str, bytes]] = []
     size = 0
     for block in result.content:
         if isinstance(block, types.TextContent):
             parts.append(block.text)
             size += len(block.text.encode())
         elif isinstance(block, types.ImageContent):
-            raw = len(base64.b64decode(block.data, validate=False)) if block.data else 0
-            size += raw
-            parts.append(f"[image: {block.mimeType}, {raw} bytes, not shown to this model]")
+            try:
+                raw = base64.b64decode(block.data, validate=True)
+            except ValueError:
+                parts.append(f"[image: {block.mimeType}, not valid base64]")
+                continue
+            size += len(raw)
+            images.append((block.mimeType, raw))
+            parts.append(f"[image: {block.mimeType}, {len(raw)} bytes]")
         elif isinstance(block, types.EmbeddedResource):
             resource = block.resource
             body = getattr(resource, "text", None)
@@ -241,11 +258,36 @@ def render_result(result: types.CallToolResult) -> tuple[str, int]:
             parts.append(f"[resource {block.uri}]")
         elif isinstance(block, types.AudioContent):
             parts.append(f"[audio: {block.mimeType}]")
-    if result.structuredContent is not None and not parts:
+    if result.structuredContent is not None and not any(
+        isinstance(b, types.TextContent) for b in result.content
+    ):
         structured = json.dumps(result.structuredContent, ensure_ascii=False, sort_keys=True)
         parts.append(structured)
         size += len(structured.encode())
-    return "\n".join(parts) or "(no content)", size
+    return RenderedResult("\n".join(parts) or "(no content)", images, size)
+
+
+async def _content_for_model(
+    rendered: RenderedResult, ctx: ToolContext, server_name: str
+) -> str | list[dict[str, Any]]:
+    """Plain text, or text plus image parts: each image is stored as the owner's
+    attachment and referenced (`attachment:<id>`), so the history inlines it for a vision
+    model and degrades it to the placeholder for the others, as it does an upload."""
+    if not rendered.images:
+        return rendered.text
+    content: list[dict[str, Any]] = [{"type": "text", "text": rendered.text}]
+    for index, (mime, data) in enumerate(rendered.images):
+        ref = await _db(mcp_services.mcp_image_store)(
+            user_id=ctx.user_id,
+            session_id=ctx.session_id,
+            data=data,
+            name=f"{server_name}-{ctx.call_id or 'call'}-{index}.{mime.rpartition('/')[2]}",
+        )
+        if ref is None:
+            content.append({"type": "text", "text": f"[image ({mime}) could not be kept]"})
+        else:
+            content.append({"type": "image_url", "image_url": {"url": f"attachment:{ref}"}})
+    return content
 
 
 def _policy_for(server: McpServer, remote_name: str) -> Policy:
