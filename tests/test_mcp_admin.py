@@ -186,3 +186,20 @@ def test_the_tool_card_names_the_server(owner):
     html = render_message_html(session, message)
     assert html.count('class="tool-server"') == 1 and "on Team Docs" in html
     assert not McpCall.objects.exists()
+
+
+def test_rotating_keys_re_encrypts_mcp_secrets_under_the_newest_key(settings):
+    from cryptography.fernet import Fernet
+    from django.core.management import call_command
+
+    old = settings.ENCRYPTION_KEYS[0]
+    server = McpServer.objects.create(name="docs", url="https://mcp.example.com/mcp")
+    server.set_bearer("tok-1")
+    server.set_headers({"X-Team": "ops"})
+    server.save()
+    new = Fernet.generate_key().decode()
+    settings.ENCRYPTION_KEYS = [new, old]
+    call_command("rotate_mcp_keys", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    settings.ENCRYPTION_KEYS = [new]  # the old key removed
+    server.refresh_from_db()
+    assert server.request_headers() == {"X-Team": "ops", "Authorization": "Bearer tok-1"}

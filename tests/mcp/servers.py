@@ -24,7 +24,8 @@ PNG_1PX = base64.b64decode(
 
 def build_server(events: list[str] | None = None) -> FastMCP:
     seen = events if events is not None else []
-    mcp = FastMCP("openworker-test", host="127.0.0.1")
+    # WARNING: the SDK logs every request at INFO, which would be most of the bench's cost.
+    mcp = FastMCP("openworker-test", host="127.0.0.1", log_level="WARNING")
 
     @mcp.tool(description="Echo the text back.")
     def echo(text: str) -> str:
@@ -106,3 +107,18 @@ def http_server(transport: str = "streamable_http") -> Iterator[dict[str, Any]]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def main() -> None:
+    """`python tests/mcp/servers.py [streamable_http|sse]`: serve until killed; the first
+    line of stdout is the URL (the benches run the server in its own process)."""
+    import sys
+
+    transport = sys.argv[1] if len(sys.argv) > 1 else "streamable_http"
+    with http_server(transport) as srv:
+        print(srv["url"], flush=True)
+        threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
