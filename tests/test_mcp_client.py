@@ -19,7 +19,18 @@ from tests.mcp.servers import http_server
 
 STDIO_SCRIPT = Path(__file__).parent / "mcp" / "stdio_server.py"
 LOOPBACK_OK = OutboundPolicy(allow_loopback=True)
-EXPECTED_TOOLS = {"add", "big", "echo", "fail", "get.page/v2", "grow", "picture", "slow", "whoami"}
+EXPECTED_TOOLS = {
+    "add",
+    "big",
+    "echo",
+    "env_has",
+    "fail",
+    "get.page/v2",
+    "grow",
+    "picture",
+    "slow",
+    "whoami",
+}
 
 
 @pytest.fixture(params=["streamable_http", "sse"])
@@ -61,6 +72,17 @@ async def test_a_stdio_server_is_discovered_and_called():
         outcome = await mcp_client.call_tool(session, "echo", {"text": "hi"}, timeout=10)
     assert outcome.end == "ok"
     assert outcome.result.content[0].text == "echo: hi"
+
+
+async def test_a_stdio_server_does_not_inherit_the_workers_secrets(monkeypatch):
+    monkeypatch.setenv("OPENWORKER_ENCRYPTION_KEYS", "must-not-leak")
+    async with mcp_client.connect(stdio_spec()) as session:
+        leaked = await mcp_client.call_tool(
+            session, "env_has", {"name": "OPENWORKER_ENCRYPTION_KEYS"}, timeout=10
+        )
+        path = await mcp_client.call_tool(session, "env_has", {"name": "PATH"}, timeout=10)
+    assert leaked.result.content[0].text == "no"
+    assert path.result.content[0].text == "yes"
 
 
 async def test_static_headers_reach_the_server(streamable):

@@ -5,6 +5,7 @@ over Streamable HTTP and HTTP+SSE on loopback (uvicorn in a thread), and over st
 from __future__ import annotations
 
 import base64
+import os
 import socket
 import threading
 import time
@@ -62,6 +63,10 @@ def build_server(events: list[str] | None = None) -> FastMCP:
     @mcp.tool(name="get.page/v2", description="A name no provider accepts as is.")
     def odd_name() -> str:
         return "odd"
+
+    @mcp.tool(description="Whether the server's environment has this variable.")
+    def env_has(name: str) -> str:
+        return "yes" if name in os.environ else "no"
 
     @mcp.tool(description="Which credentials the request carried.")
     def whoami(ctx: Context) -> str:
