@@ -25,6 +25,17 @@ _INVALID = re.compile(r"[^a-zA-Z0-9_-]")
 HASH_LENGTH = 8
 # Keys no provider accepts at a tool schema's root, and that mean nothing to the model.
 _DROPPED_ROOT_KEYS = ("$schema", "$id")
+# The keywords OpenAI's strict mode documents as supported. A schema using any other
+# (`default`, `minLength`, `oneOf`…) is sent without `strict`: a strict request with an
+# unsupported keyword is refused outright, which would fail the whole turn.
+_STRICT_KEYWORDS = frozenset(
+    {
+        "type", "properties", "required", "additionalProperties", "items", "enum", "const",
+        "description", "title", "anyOf", "$defs", "definitions", "$ref", "pattern", "format",
+        "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+        "minItems", "maxItems",
+    }
+)  # fmt: skip
 
 
 def _digest(text: str) -> str:
@@ -67,7 +78,7 @@ def is_strict_compatible(schema: Any) -> bool:
         return all(is_strict_compatible(item) for item in schema)
     if not isinstance(schema, dict):
         return True
-    if any(key in schema for key in ("oneOf", "allOf", "not", "if", "patternProperties")):
+    if any(key not in _STRICT_KEYWORDS for key in schema):
         return False
     if schema.get("type") == "object" or "properties" in schema:
         props = schema.get("properties") or {}
