@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "providers.edge.apps.ProvidersConfig",
     "sessions.apps.ChatSessionsConfig",
     "sessions.sso.apps.SsoConfig",
+    "sessions.mcp.apps.McpConfig",
 ]
 
 MIDDLEWARE = [

@@ -34,5 +34,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("sessions.sso.urls")),
     path("", include("providers.edge.urls")),
+    path("", include("sessions.mcp.urls")),
     path("", include("sessions.urls")),
 ]

@@ -21,6 +21,7 @@ from providers.types import ModelCapabilities
 from sessions import selectors
 from sessions.content import text_parts as _text_parts
 from sessions.markdown import render_markdown
+from sessions.mcp.selectors import mcp_server_labels
 from sessions.models import CompactionCheckpoint, Message, Session, Turn
 
 # Tool output can be a whole file or web page; the card shows the start of it (the JSON
@@ -152,14 +153,16 @@ def message_view(session: Session, message: Message) -> dict[str, Any]:
     if message.reasoning:
         view["reasoning"] = message.reasoning
         view["reasoning_html"] = mark_safe(render_markdown(message.reasoning))  # noqa: S308
+    calls = [call for call in (message.tool_calls or []) if isinstance(call, dict)]
+    servers = mcp_server_labels([str(call.get("name", "")) for call in calls])
     view["tool_calls"] = [
         {
             "id": call.get("id", ""),
             "name": call.get("name", ""),
+            "server": servers.get(str(call.get("name", "")), ""),
             "arguments": json.dumps(call.get("arguments"), indent=2, ensure_ascii=False),
         }
-        for call in (message.tool_calls or [])
-        if isinstance(call, dict)
+        for call in calls
     ]
     return view
 

@@ -58,6 +58,7 @@ SESSION_OWNED = {
     "session_messages",
     "session_model",
     "session_rename",
+    "session_mcp_servers",
     "session_archive",
     "session_delete",
     "export_json",

@@ -35,7 +35,8 @@ from openworker.runtime.agent.compactor import maybe_compact
 from openworker.runtime.agent.degradation import degradation_note
 from openworker.runtime.agent.llm import router_for_user
 from openworker.runtime.agent.tools.base import ToolContext, ToolResult
-from openworker.runtime.agent.tools.registry import ToolRegistry, default_registry
+from openworker.runtime.agent.tools.mcp import session_registry
+from openworker.runtime.agent.tools.registry import ToolRegistry
 from openworker.runtime.live import events
 from openworker.runtime.live.emitter import TurnEmitter
 from openworker.runtime.live.replay import get_replay_buffer
@@ -103,7 +104,10 @@ async def run_turn(
         return
     if provider_factory is None:
         provider_factory = router_for_user
-    run = _TurnRun(turn, me, provider_factory, tools or default_registry())
+    if tools is None:
+        # The built-in tools plus the MCP servers' tools this session uses.
+        tools = await _db(session_registry)(session_id=turn.session_id)
+    run = _TurnRun(turn, me, provider_factory, tools)
     await run.run()
 
 
@@ -478,9 +482,13 @@ class _TurnRun:
             session_id=str(self.session.pk),
             workspace_root=selectors.workspace_root(self.session.pk),
             outbound_policy=OutboundPolicy.from_env(embedded=not settings.DISTRIBUTED),
+            user_id=self.session.owner_id,
+            turn_id=self.turn_id,
+            call_id=call["id"],
+            cancel=self.cancel,
         )
         try:
-            return await asyncio.to_thread(tool.run, call.get("arguments") or {}, ctx)
+            return await tool.arun(call.get("arguments") or {}, ctx)
         except Exception as exc:
             logger.warning("tool %s failed", call["name"], exc_info=True)
             return ToolResult(f"Error: the tool failed ({type(exc).__name__}).", is_error=True)

@@ -10,6 +10,7 @@ Failures a tool expects (file not found, refused URL) are raised inside `execute
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from typing import Any, ClassVar, Literal
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from providers.cancel import CancelToken
 from providers.outbound import OutboundPolicy
 
 Policy = Literal["allow", "ask", "deny"]
@@ -27,18 +29,25 @@ POLICIES: tuple[Policy, ...] = ("allow", "ask", "deny")
 
 @dataclass(frozen=True)
 class ToolContext:
-    """Where a tool call runs: the session's own workspace and the server's outbound rules."""
+    """Where a tool call runs: the session's own workspace and the server's outbound rules;
+    who asked, in which turn and call (for tools that keep a record), and Stop."""
 
     session_id: str
     workspace_root: Path
     outbound_policy: OutboundPolicy
+    user_id: int | None = None
+    turn_id: str | None = None
+    call_id: str | None = None
+    cancel: CancelToken | None = None
 
 
 @dataclass(frozen=True)
 class ToolResult:
-    """What goes back to the model as the tool message. `is_error` marks a failed call."""
+    """What goes back to the model as the tool message. `is_error` marks a failed call.
+    `content` is text, or canonical parts (text and `attachment:` images) for tools that
+    return pictures."""
 
-    content: str
+    content: str | list[dict[str, Any]]
     is_error: bool = False
 
 
@@ -89,6 +98,10 @@ class Tool(ABC):
         except ToolError as exc:
             return ToolResult(str(exc), is_error=True)
         return result if isinstance(result, ToolResult) else ToolResult(result)
+
+    async def arun(self, args: Any, ctx: ToolContext) -> ToolResult:
+        """What the engine awaits: `run` in a thread; tools that speak asyncio override it."""
+        return await asyncio.to_thread(self.run, args, ctx)
 
     def argument_error(self, args: Any) -> str | None:
         """A message for the model when `args` do not fit the schema, else None."""

@@ -1,0 +1,326 @@
+"""MCP servers' tools as `Tool`s of a session's registry.
+
+`session_registry(session_id)` is the built-in tools plus every cached tool of the servers
+the session uses (and its owner may still use); each MCP tool's policy is the admin's
+per-tool override, else the server's default, and the engine enforces it like any other
+tool's. A call is recorded before it leaves (`McpCall`), which is also how a call a crash
+interrupted is recognised when the turn is retried: it is reported to the model and the
+user, never sent again unasked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import concurrent.futures
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from mcp import types
+
+from openworker.runtime.agent.tools import mcp_client
+from openworker.runtime.agent.tools.base import Policy, Tool, ToolContext, ToolResult
+from openworker.runtime.agent.tools.mcp_names import (
+    is_strict_compatible,
+    neutral_schema,
+    tool_name,
+)
+from openworker.runtime.agent.tools.registry import ToolRegistry, default_registry
+from openworker.runtime.store.dbcall import db as _db
+from sessions.mcp import services as mcp_services
+from sessions.mcp.models import McpCall, McpServer
+from sessions.models import Session
+
+logger = logging.getLogger(__name__)
+
+# The model needs to know what a tool is for, not an essay: long descriptions eat context.
+MAX_DESCRIPTION_CHARS = 1024
+
+INTERRUPTED_MESSAGE = (
+    "This call to {tool} on {server} was interrupted by a server restart before its result "
+    "was saved, so it was not sent again: it may or may not have taken effect. Tell the user "
+    "and ask whether to call it again."
+)
+
+
+def server_spec(server: McpServer) -> mcp_client.ServerSpec:
+    """How to reach `server` (headers decrypted here, in memory only)."""
+    return mcp_client.ServerSpec(
+        name=server.name,
+        transport=server.transport,  # type: ignore[arg-type]
+        url=server.url,
+        command=server.command,
+        args=tuple(server.args or ()),
+        headers=server.request_headers(),
+        outbound=mcp_services.outbound_policy(),
+    )
+
+
+async def refresh_server_tools(server: McpServer) -> list[dict[str, Any]] | None:
+    """Discover `server`'s tools now and store them; None (and the error kept) on failure."""
+    spec = await _db(server_spec)(server)
+    try:
+        tools = await mcp_client.discover(spec)
+    except Exception as exc:
+        logger.warning("MCP discovery of %s failed: %s", server.name, type(exc).__name__)
+        await _db(mcp_services.mcp_tools_cache_save)(
+            server_id=server.pk, tools=None, error=_error_text(exc)
+        )
+        return None
+    await _db(mcp_services.mcp_tools_cache_save)(server_id=server.pk, tools=tools)
+    return tools
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        return _error_text(exc.exceptions[0])
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+class McpTool(Tool):
+    """One tool of one MCP server. Built per turn from the server's cached discovery."""
+
+    def __init__(self, server: McpServer, listed: dict[str, Any], policy: Policy) -> None:
+        self.server = server
+        self.remote_name = str(listed["name"])
+        self.name = tool_name(server.name, self.remote_name)  # type: ignore[misc]
+        self.description = (listed.get("description") or "")[:MAX_DESCRIPTION_CHARS]  # type: ignore[misc]
+        self.parameters = neutral_schema(listed.get("inputSchema"))  # type: ignore[misc]
+        self.default_policy = policy  # type: ignore[misc]
+        try:
+            Draft202012Validator.check_schema(self.parameters)
+            self._validator = Draft202012Validator(self.parameters)  # type: ignore[misc]
+        except SchemaError:
+            # The server's schema is not one we can check against: let the server judge.
+            self._validator = Draft202012Validator({"type": "object"})  # type: ignore[misc]
+
+    def definition(self) -> dict[str, Any]:
+        out = super().definition()
+        out["description"] = f"[{self.server.label}] {self.description}".strip()
+        if is_strict_compatible(self.parameters):
+            out["strict"] = True
+        return out
+
+    def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        raise NotImplementedError("MCP tools run on the event loop: use arun")
+
+    async def arun(self, args: Any, ctx: ToolContext) -> ToolResult:
+        problem = self.argument_error(args)
+        if problem is not None:
+            return ToolResult(problem, is_error=True)
+        server = self.server
+        record = await _db(mcp_services.mcp_call_start)(
+            user_id=ctx.user_id,
+            session_id=ctx.session_id,
+            turn_id=ctx.turn_id,
+            call_id=ctx.call_id or "",
+            server_id=server.pk,
+            server_name=server.name,
+            tool=self.remote_name,
+            arguments=None if server.sensitive else args,
+        )
+        if record is None:
+            await _db(mcp_services.mcp_call_mark_interrupted)(
+                turn_id=ctx.turn_id, call_id=ctx.call_id or ""
+            )
+            return ToolResult(
+                INTERRUPTED_MESSAGE.format(tool=self.remote_name, server=server.label),
+                is_error=True,
+            )
+        started = time.monotonic()
+        outcome, result, detail, size = McpCall.Outcome.ERROR, None, "", None
+        try:
+            outcome, result, detail, size = await self._call(args, ctx)
+        except Exception as exc:
+            logger.warning("MCP call %s/%s failed", server.name, self.remote_name, exc_info=True)
+            detail = _error_text(exc)
+            result = ToolResult(
+                f"Error: the MCP server {server.label} could not be reached or failed "
+                f"({type(exc).__name__}).",
+                is_error=True,
+            )
+        finally:
+            await _db(mcp_services.mcp_call_finish)(
+                call_pk=record.pk,
+                outcome=outcome,
+                duration_ms=int((time.monotonic() - started) * 1000),
+                result_bytes=size,
+                detail=detail,
+            )
+        assert result is not None
+        return result
+
+    async def _call(
+        self, args: dict[str, Any], ctx: ToolContext
+    ) -> tuple[str, ToolResult, str, int | None]:
+        server = self.server
+        spec = await _db(server_spec)(server)
+        changed = False
+
+        async def on_changed() -> None:
+            nonlocal changed
+            changed = True
+
+        async with mcp_client.connect(spec, on_tools_changed=on_changed) as session:
+            end = await mcp_client.call_tool(
+                session,
+                self.remote_name,
+                args,
+                timeout=float(server.timeout_seconds),
+                cancel=ctx.cancel,
+            )
+            if changed and end.end == "ok":
+                # The server changed its tool list while answering: the next turn sees it.
+                tools = await mcp_client.list_tools(session)
+                await _db(mcp_services.mcp_tools_cache_save)(server_id=server.pk, tools=tools)
+        if end.end == "timeout":
+            return (
+                McpCall.Outcome.TIMEOUT,
+                ToolResult(
+                    f"Error: {server.label} did not answer within {server.timeout_seconds} "
+                    "seconds; the call was cancelled.",
+                    is_error=True,
+                ),
+                "",
+                None,
+            )
+        if end.end == "cancelled":
+            return (
+                McpCall.Outcome.CANCELLED,
+                ToolResult("The user stopped this call.", is_error=True),
+                "",
+                None,
+            )
+        assert end.result is not None
+        rendered = render_result(end.result)
+        size = rendered.size
+        if size > server.max_result_bytes:
+            return (
+                McpCall.Outcome.OVERSIZE,
+                ToolResult(
+                    f"Error: the result was {size} bytes, over the {server.max_result_bytes}-byte "
+                    "limit for this server; ask for less (a narrower query or fewer items).",
+                    is_error=True,
+                ),
+                "",
+                size,
+            )
+        if end.result.isError:
+            text = rendered.text
+            return McpCall.Outcome.ERROR, ToolResult(text, is_error=True), text[:300], size
+        content = await _content_for_model(rendered, ctx, server.name)
+        return McpCall.Outcome.OK, ToolResult(content), "", size
+
+
+@dataclass(frozen=True)
+class RenderedResult:
+    """A tool result as the model will get it: text, images (mime, bytes), total size."""
+
+    text: str
+    images: list[tuple[str, bytes]]
+    size: int
+
+
+def render_result(result: types.CallToolResult) -> RenderedResult:
+    """Text blocks are joined; structured content is added as JSON when no text block
+    carries it; each image is named in the text and kept for the model (images counted
+    decoded in the size)."""
+    parts: list[str] = []
+    images: list[tuple[str, bytes]] = []
+    size = 0
+    for block in result.content:
+        if isinstance(block, types.TextContent):
+            parts.append(block.text)
+            size += len(block.text.encode())
+        elif isinstance(block, types.ImageContent):
+            try:
+                raw = base64.b64decode(block.data, validate=True)
+            except ValueError:
+                parts.append(f"[image: {block.mimeType}, not valid base64]")
+                continue
+            size += len(raw)
+            images.append((block.mimeType, raw))
+            parts.append(f"[image: {block.mimeType}, {len(raw)} bytes]")
+        elif isinstance(block, types.EmbeddedResource):
+            resource = block.resource
+            body = getattr(resource, "text", None)
+            if body is not None:
+                parts.append(body)
+                size += len(body.encode())
+            else:
+                parts.append(f"[resource {resource.uri}: {resource.mimeType or 'binary'}]")
+        elif isinstance(block, types.ResourceLink):
+            parts.append(f"[resource {block.uri}]")
+        elif isinstance(block, types.AudioContent):
+            parts.append(f"[audio: {block.mimeType}]")
+    if result.structuredContent is not None and not any(
+        isinstance(b, types.TextContent) for b in result.content
+    ):
+        structured = json.dumps(result.structuredContent, ensure_ascii=False, sort_keys=True)
+        parts.append(structured)
+        size += len(structured.encode())
+    return RenderedResult("\n".join(parts) or "(no content)", images, size)
+
+
+async def _content_for_model(
+    rendered: RenderedResult, ctx: ToolContext, server_name: str
+) -> str | list[dict[str, Any]]:
+    """Plain text, or text plus image parts: each image is stored as the owner's
+    attachment and referenced (`attachment:<id>`), so the history inlines it for a vision
+    model and degrades it to the placeholder for the others, as it does an upload."""
+    if not rendered.images:
+        return rendered.text
+    content: list[dict[str, Any]] = [{"type": "text", "text": rendered.text}]
+    for index, (mime, data) in enumerate(rendered.images):
+        ref = await _db(mcp_services.mcp_image_store)(
+            user_id=ctx.user_id,
+            session_id=ctx.session_id,
+            data=data,
+            name=f"{server_name}-{ctx.call_id or 'call'}-{index}.{mime.rpartition('/')[2]}",
+        )
+        if ref is None:
+            content.append({"type": "text", "text": f"[image ({mime}) could not be kept]"})
+        else:
+            content.append({"type": "image_url", "image_url": {"url": f"attachment:{ref}"}})
+    return content
+
+
+def _policy_for(server: McpServer, remote_name: str) -> Policy:
+    for row in server.tool_policies.all():
+        if row.tool == remote_name:
+            return row.policy  # type: ignore[return-value]
+    return server.default_policy  # type: ignore[return-value]
+
+
+def session_registry(*, session_id: Any) -> ToolRegistry:
+    """The built-in tools plus the MCP tools of the servers this session uses."""
+    registry = default_registry()
+    owner = Session.objects.only("owner").get(pk=session_id).owner
+    for server in mcp_services.session_mcp_servers(session_id=session_id, owner=owner):
+        for listed in server.tools_cache or []:
+            tool = McpTool(server, listed, _policy_for(server, str(listed.get("name"))))
+            if tool.name in registry:
+                logger.warning("MCP tool name %s collides; skipped", tool.name)
+                continue
+            registry.register(tool)
+    return registry
+
+
+def discover_and_store(server: McpServer) -> tuple[list[dict[str, Any]] | None, str]:
+    """Blocking discovery for the admin: `(tools, "")`, or `(None, error)` with the last
+    good list kept. The SDK runs on a loop of its own thread, whatever the caller's is."""
+    spec = server_spec(server)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        try:
+            tools = pool.submit(asyncio.run, mcp_client.discover(spec)).result()
+        except Exception as exc:
+            error = _error_text(exc)
+            mcp_services.mcp_tools_cache_save(server_id=server.pk, tools=None, error=error)
+            return None, error
+    mcp_services.mcp_tools_cache_save(server_id=server.pk, tools=tools)
+    return tools, ""

@@ -1,0 +1,1 @@
+"""MCP servers the admin registers, who may use them, and the record of every call."""
