@@ -277,7 +277,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_RETRY = True
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
-if DISTRIBUTED:
+if DISTRIBUTED and REDIS_URL.startswith("redis://"):
+    # (A rediss:// URL keeps kombu's own transport, which checks its TLS settings.)
     CELERY_BROKER_TRANSPORT = "openworker.broker:Transport"
 # Keys and transcripts never ride in task arguments; JSON only, never pickle.
 CELERY_TASK_SERIALIZER = "json"

@@ -31,7 +31,12 @@ from sessions.models import Session, Turn
 from tests.support import procs
 from tests.support.chat import point_provider_at, read_sync_until_status, session_cookie
 
-pytestmark = [pytest.mark.distributed, pytest.mark.django_db(transaction=True)]
+# About a minute of load, longer on a busy two-core machine: past the default 120 s.
+pytestmark = [
+    pytest.mark.distributed,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(360),
+]
 
 MODEL = "anthropic:claude-test-1"
 USERS = 10

@@ -6,7 +6,7 @@ upstream, whose reply streams, pauses, then ends. During the pause the server is
 fast-stopped (`pg_ctl stop -m fast`), so the end of the stream and the model call's
 commit (`turn_step_commit`, the final save) meet a database that is down; it is started
 again a few seconds later. The turn must end `completed` with the whole reply committed
-once. A save on a connection the stop broke is retried (`openworker/dbretry.py`); one
+once. A save on a connection the stop broke is retried (`openworker/runtime/store/dbretry.py`); one
 that takes a connection from the pool waits there for the server to come back.
 
 `DRILL_ROUNDS` (default 1) repeats it; `bench/crash_drill.py` runs ten.
