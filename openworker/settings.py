@@ -97,12 +97,34 @@ TEMPLATES = [
     },
 ]
 
+# Distributed mode: every process (Daphne, Celery worker, management command) holds at
+# most DB_POOL_MAX_SIZE PostgreSQL connections, in psycopg's pool. Persistent
+# per-thread connections (CONN_MAX_AGE) leaked: Daphne runs each request in a thread of
+# its own, and a dead thread's connection stayed open until a full garbage collection
+# (~100 connections, "too many clients already"). With the pool a thread's connection
+# goes back when Django closes it (end of request, after each consumer call, every few
+# seconds in the worker's database threads), and a thread that finds all of them busy
+# waits up to DB_POOL_TIMEOUT seconds. Sizing: README, "Operations".
+DB_POOL_MIN_SIZE = envint("DB_POOL_MIN_SIZE", 1, minimum=0)
+# Daphne: requests and socket calls are short, so a few connections serve hundreds of
+# them; a worker's turns share WORKER_DB_THREADS + 1 (heartbeats) + 1 (sweeper) threads.
+DB_POOL_MAX_SIZE = envint("DB_POOL_MAX_SIZE", 6, minimum=1)
+DB_POOL_TIMEOUT = envfloat("DB_POOL_TIMEOUT", 10.0)
 if DISTRIBUTED:
-    DATABASES = {
-        "default": dj_database_url.parse(
-            DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 60), conn_health_checks=True
-        )
+    _database = dj_database_url.parse(DATABASE_URL)
+    _database["CONN_MAX_AGE"] = 0  # Django's pool requires it: closing returns to the pool
+    # With the pool this is psycopg's `check`: a connection PostgreSQL dropped (restart,
+    # failover) is found out and replaced when it is taken from the pool, not by the
+    # query that would have failed.
+    _database["CONN_HEALTH_CHECKS"] = True
+    _database.setdefault("OPTIONS", {})["pool"] = {
+        "min_size": min(DB_POOL_MIN_SIZE, DB_POOL_MAX_SIZE),
+        "max_size": DB_POOL_MAX_SIZE,
+        "timeout": DB_POOL_TIMEOUT,
+        # Idle connections above min_size are closed after this long.
+        "max_idle": 60.0,
     }
+    DATABASES = {"default": _database}
 else:
     DATABASES = {
         "default": {
@@ -245,10 +267,20 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": TURN_TIME_LIMIT_SECONDS
 CELERY_TASK_DEFAULT_QUEUE = "default"
 # The turn task lives with the runtime, outside any app autodiscovery looks in. Its name
 # predates the move (runtime.turns.tasks.RUN_TURN_TASK).
-CELERY_IMPORTS = ("openworker.runtime.turns.tasks",)
+CELERY_IMPORTS = ("openworker.runtime.turns.tasks", "openworker.runtime.turns.watchdog")
 CELERY_TASK_ROUTES = {"sessions.tasks.run_turn_task": {"queue": "turns"}}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A Redis restart: the worker reconnects for as long as it takes (never exits), keeps
+# its running turns going (they need only PostgreSQL and the upstream; cancelling them
+# would throw away the stream), and its transport tolerates the closed channel that
+# used to kill it (openworker/broker.py).
+CELERY_BROKER_CONNECTION_RETRY = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+if DISTRIBUTED and REDIS_URL.startswith("redis://"):
+    # (A rediss:// URL keeps kombu's own transport, which checks its TLS settings.)
+    CELERY_BROKER_TRANSPORT = "openworker.broker:Transport"
 # Keys and transcripts never ride in task arguments; JSON only, never pickle.
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]

@@ -46,6 +46,13 @@ ACTIVE_POLL_SECONDS = 5.0
 # every GAP_RETRY_SECONDS, for the missing events to be in the buffer.
 GAP_WAIT_SECONDS = 0.5
 GAP_RETRY_SECONDS = 0.02
+# A gap still open after GAP_WAIT_SECONDS is waited out, not crossed: the worker is
+# repairing the buffer after a Redis failure (openworker/streaming.py), and `_watch`
+# re-reads it. Only a gap open this long is crossed (its events are gone for good; the
+# turn's committed message then shows the whole reply).
+GAP_GIVE_UP_SECONDS = 30.0
+# Live events kept per turn while waiting at a gap (beyond this the buffer has them).
+MAX_HELD_EVENTS = 5_000
 SETTLED = {"completed", "failed", "cancelled", "interrupted", "awaiting_approval"}
 
 
@@ -88,6 +95,10 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         # Active turn → loop time this socket last heard of it.
         self.tracking: dict[str, float] = {}
         self.deliver_lock = asyncio.Lock()
+        # Turn id → loop time this socket first waited at a gap in its events.
+        self.gaps: dict[str, float] = {}
+        # Turn id → live events that arrived past a gap, by seq (bounded).
+        self.held: dict[str, dict[int, dict[str, Any]]] = {}
         for state in turns:
             self._track(state["turn"])
             await self._fill(state["turn"])
@@ -230,6 +241,15 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             return
         if seq > self.sent.get(turn_id, 0) + 1:
             await self._fill_gap(turn_id, seq)
+            if seq > self.sent.get(turn_id, 0) + 1:
+                # Held, with the gap before it: `_watch` re-reads the buffer (which the
+                # worker repairs) and delivers in order at its next tick.
+                held = self.held.setdefault(turn_id, {})
+                if len(held) < MAX_HELD_EVENTS:
+                    held[seq] = event
+                self.tracking.setdefault(turn_id, 0.0)
+                await self._fill(turn_id)
+                return
         await self._deliver(event)
 
     async def user_event(self, message: dict[str, Any]) -> None:
@@ -257,13 +277,29 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             await asyncio.sleep(GAP_RETRY_SECONDS)
 
     async def _fill(self, turn_id: str) -> None:
-        """Send what the replay buffer has after this socket's position for the turn."""
+        """Send what the replay buffer has after this socket's position for the turn, up
+        to the first hole in it (unless that gap has been open GAP_GIVE_UP_SECONDS)."""
         try:
             missed = await get_replay_buffer().read_after(turn_id, self.sent.get(turn_id, 0))
         except Exception:
-            return  # the transcript stays authoritative; the page reloads it
-        for event in missed:
-            await self._deliver(event)
+            missed = []  # the transcript stays authoritative; the page reloads it
+        held = self.held.pop(turn_id, {})
+        by_seq = {**held, **{event["seq"]: event for event in missed}}
+        for seq in sorted(by_seq):
+            if seq > self.sent.get(turn_id, 0) + 1 and not self._gap_given_up(turn_id):
+                # Keep what is past the gap for the next try.
+                later = {k: v for k, v in held.items() if k >= seq}
+                if later:
+                    self.held[turn_id] = later
+                return
+            await self._deliver(by_seq[seq])
+
+    def _gap_given_up(self, turn_id: str) -> bool:
+        """Whether this socket has waited long enough at the turn's gap (noting when it
+        first saw it)."""
+        now = asyncio.get_running_loop().time()
+        since = self.gaps.setdefault(turn_id, now)
+        return now - since >= GAP_GIVE_UP_SECONDS
 
     async def _deliver(self, event: dict[str, Any]) -> None:
         """Send a turn event unless this socket already has it; `sent` only grows, so
@@ -274,6 +310,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
                 return
             await self.send_json(event)
             self.sent[turn_id] = event["seq"]
+            self.gaps.pop(turn_id, None)  # progress: any wait at a gap starts again
         if event.get("type") == "turn.status" and event.get("status") in SETTLED:
             self.tracking.pop(turn_id, None)
         elif event.get("type") != "turn.status" or event.get("status") == "running":

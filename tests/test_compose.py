@@ -67,3 +67,15 @@ def test_web_and_worker_share_the_media_volume():
     for name in ("web", "worker"):
         assert "media:/srv/media" in services[name]["volumes"]
         assert services[name]["environment"]["MEDIA_ROOT"] == "/srv/media"
+
+
+def test_redis_keeps_the_broker_across_a_restart_and_never_evicts():
+    redis = load()["services"]["redis"]
+    command = redis["command"]
+    assert command[0] == "redis-server"
+    option = {command[i]: command[i + 1] for i in range(1, len(command) - 1, 2)}
+    assert option["--appendonly"] == "yes"
+    assert option["--appendfsync"] in {"everysec", "always"}
+    assert option["--maxmemory-policy"] == "noeviction"
+    assert any(volume.endswith(":/data") for volume in redis["volumes"])
+    assert redis["volumes"][0].split(":")[0] in load()["volumes"]

@@ -66,12 +66,39 @@ async def test_a_publish_that_overtakes_an_earlier_append_waits_for_the_buffer(o
     await ws.disconnect()
 
 
-async def test_a_gap_the_buffer_never_fills_is_passed_after_the_wait(owner, monkeypatch):
+async def test_a_gap_the_buffer_never_fills_is_passed_only_after_the_give_up_wait(
+    owner, monkeypatch
+):
     monkeypatch.setattr(consumers, "GAP_WAIT_SECONDS", 0.1)
+    monkeypatch.setattr(consumers, "GAP_GIVE_UP_SECONDS", 1.0)
     session = await Session.objects.acreate(owner=owner, model="anthropic:claude-test-1")
     ws = await open_socket(owner, session)
     turn = str(uuid.uuid4())
     await events.apublish(session.pk, delta(turn, 1))
     await events.apublish(session.pk, delta(turn, 3))  # seq 2 exists nowhere
-    assert await received_seqs(ws, 2) == [1, 3]
+    assert await received_seqs(ws, 1) == [1]
+    started = asyncio.get_running_loop().time()
+    # Held at the gap (not shown across it) until the give-up wait has passed.
+    assert await received_seqs(ws, 1) == [3]
+    assert asyncio.get_running_loop().time() - started >= 0.9
+    await ws.disconnect()
+
+
+async def test_a_gap_the_worker_repairs_seconds_later_is_filled_in_order(owner, monkeypatch):
+    # Redis lost seq 2 and 3 (restarted empty) and the worker rewrites the turn's buffer
+    # a few seconds later; live events 4 and 5 arrive before that.
+    monkeypatch.setattr(consumers, "GAP_WAIT_SECONDS", 0.1)
+    session = await Session.objects.acreate(owner=owner, model="anthropic:claude-test-1")
+    ws = await open_socket(owner, session)
+    buffer = get_replay_buffer()
+    turn = str(uuid.uuid4())
+    await buffer.append(turn, 1, delta(turn, 1))
+    await events.apublish(session.pk, delta(turn, 1))
+    assert await received_seqs(ws, 1) == [1]
+    await events.apublish(session.pk, delta(turn, 4))
+    await events.apublish(session.pk, delta(turn, 5))
+    await asyncio.sleep(2.0)
+    assert await ws.receive_nothing(timeout=0.1)  # nothing shown across the hole
+    await buffer.rewrite(turn, [delta(turn, n) for n in range(1, 6)], finished=False)
+    assert await received_seqs(ws, 4) == [2, 3, 4, 5]
     await ws.disconnect()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -125,3 +126,19 @@ def test_provider_timeouts_from_settings_reach_the_transport(settings):
         assert transport._client.timeout.connect == 3.5
     finally:
         transport.close()
+
+
+def test_distributed_mode_pools_connections_and_uses_the_restart_safe_broker_transport():
+    script = (
+        "from django.conf import settings as s; import json; d = s.DATABASES['default'];"
+        "print(json.dumps([d['CONN_MAX_AGE'], d['CONN_HEALTH_CHECKS'], d['OPTIONS']['pool'],"
+        " s.CELERY_BROKER_TRANSPORT,"
+        " s.CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS]))"
+    )
+    done = run_manage("shell", "-c", script, env={**PRODUCTION_ENV, "DB_POOL_MAX_SIZE": "4"})
+    assert done.returncode == 0, done.stderr
+    max_age, checks, pool, transport, cancel = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (max_age, checks) == (0, True)  # the pool requires 0; checks: psycopg's `check`
+    assert pool["max_size"] == 4 and pool["min_size"] <= 4
+    assert transport == "openworker.broker:Transport"
+    assert cancel is False  # a Redis blip never cancels the running turns

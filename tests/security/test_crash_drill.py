@@ -36,7 +36,13 @@ from tests.security.figures import record
 from tests.support import procs
 from tests.support.chat import open_ws, point_provider_at, read_sync_until_status
 
-pytestmark = [pytest.mark.distributed, pytest.mark.django_db(transaction=True)]
+# Ten rounds of worker start-ups and lease expiries: minutes on a loaded machine, past
+# the suite's default timeout.
+pytestmark = [
+    pytest.mark.distributed,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(900),
+]
 
 MODEL = "anthropic:claude-test-1"
 ROUNDS = 10

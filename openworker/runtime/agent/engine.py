@@ -40,7 +40,7 @@ from openworker.runtime.agent.tools.registry import ToolRegistry
 from openworker.runtime.live import events
 from openworker.runtime.live.emitter import TurnEmitter
 from openworker.runtime.live.replay import get_replay_buffer
-from openworker.runtime.store import turn_state
+from openworker.runtime.store import dbretry, turn_state
 from openworker.runtime.store.dbcall import db as _db
 from openworker.runtime.store.leases import Lease, lease_keeper
 from openworker.runtime.store.local_cancel import register_local, unregister_local
@@ -225,7 +225,8 @@ class _TurnRun:
             # (even a crash, or a shutdown), that is the turn's status.
             await self.emitter.emit("turn.status", status=self.committed_status)
             return
-        done = await _db(turn_state.turn_finish)(
+        done = await dbretry.write(
+            turn_state.turn_finish,
             turn_id=self.turn_id,
             worker=self.me,
             status=status,
@@ -369,7 +370,8 @@ class _TurnRun:
         text = self.progress.partial_text
         if not text and not self.progress.partial_reasoning:
             return
-        message = await _db(services.message_append)(
+        message = await dbretry.write(
+            services.message_append,
             session_id=self.session.pk,
             turn_id=self.turn_id,
             role="assistant",
@@ -399,7 +401,8 @@ class _TurnRun:
             steps=self.totals.steps + 1,
             cost=(self.totals.cost or 0) + cost if cost is not None else self.totals.cost,
         )
-        saved = await _db(turn_state.turn_step_commit)(
+        saved = await dbretry.write(
+            turn_state.turn_step_commit,
             turn_id=self.turn_id,
             worker=self.me,
             session_id=self.session.pk,
@@ -463,7 +466,8 @@ class _TurnRun:
             else:
                 await self.emitter.emit("tool.started", call_id=call["id"], name=call["name"])  # type: ignore[union-attr]
                 result = await self._execute(call)
-            message = await _db(services.message_append)(
+            message = await dbretry.write(
+                services.message_append,
                 session_id=self.session.pk,
                 turn_id=self.turn_id,
                 role="tool",

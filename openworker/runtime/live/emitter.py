@@ -5,13 +5,21 @@ coalesced for `STREAM_COALESCE_SECONDS` (tens of ms) into one event rather than 
 frame per token. Each event goes to the replay buffer first, then to the session's
 channel-layer group; neither failing stops the turn (the transcript in the database is
 the source of truth, and a client resumes from the buffer).
+
+A failed append (Redis down or restarted empty) starts a repair: the emitter holds new
+events back, and once Redis answers again it rewrites the turn's whole buffer from the
+events it kept (`MAX_HISTORY_EVENTS`) and publishes again what the pages may have
+missed, in order. A page waits at a gap rather than showing later text across it
+(`SessionConsumer`), so a Redis restart costs the page a pause, never a token.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
+from collections import deque
 from typing import Any
 
 from openworker.runtime.live import events
@@ -20,6 +28,21 @@ from openworker.runtime.live.replay import ReplayBuffer
 logger = logging.getLogger(__name__)
 
 _WHAT = ("replay buffer append", "channel layer publish")
+
+# Events of one turn kept in memory to rewrite its replay buffer after a Redis failure
+# (a restarted Redis holds none of them): a long reply's deltas at one per coalescing
+# window. Past it the oldest go, and a page that reloads then shows the transcript.
+MAX_HISTORY_EVENTS = 20_000
+# Repair attempts back off between these (seconds) and stop after REPAIR_GIVE_UP_SECONDS
+# (the transcript in the database stays authoritative).
+REPAIR_BACKOFF_SECONDS = (0.05, 1.0)
+REPAIR_GIVE_UP_SECONDS = 300.0
+# `emit` waits at most this long for a repair: a turn's final save and status must not
+# hang on Redis (the repair carries on in the background).
+EMIT_REPAIR_WAIT_SECONDS = 5.0
+# Repairs outliving their turn's emitter (a task needs a strong reference).
+_REPAIRS: set[asyncio.Task[Any]] = set()
+TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "interrupted"})
 
 
 class TurnEmitter:
@@ -52,6 +75,12 @@ class TurnEmitter:
         self._last_flush = float("-inf")
         # Outcomes of deltas not yet known: `close` waits for them.
         self._in_flight: set[asyncio.Future[Any]] = set()
+        # Every event so far (bounded), appends whose outcome is unknown, and the repair
+        # under way with the first seq the pages may have missed.
+        self._history: deque[dict[str, Any]] = deque(maxlen=MAX_HISTORY_EVENTS)
+        self._appends: set[asyncio.Future[Any]] = set()
+        self._repair: asyncio.Task[Any] | None = None
+        self._missed_from: int | None = None
 
     async def emit(self, type_: str, **fields: Any) -> dict[str, Any]:
         self.flush_now()
@@ -60,7 +89,15 @@ class TurnEmitter:
         for what, result in zip(_WHAT, results, strict=True):
             if isinstance(result, BaseException):
                 self._log_failure(what, result)
+        await self._wait_repair()
         return event
+
+    async def _wait_repair(self) -> None:
+        repair = self._repair
+        if repair is None:
+            return
+        with contextlib.suppress(TimeoutError, Exception):
+            await asyncio.wait_for(asyncio.shield(repair), EMIT_REPAIR_WAIT_SECONDS)
 
     def delta(self, *, text: str | None = None, reasoning: str | None = None) -> None:
         """Buffer a delta. After a quiet spell it goes out at once; during a burst, at most
@@ -110,16 +147,83 @@ class TurnEmitter:
         self.flush_now()
         if self._in_flight:
             await asyncio.gather(*self._in_flight, return_exceptions=True)
+        await self._wait_repair()
 
     def _send(self, type_: str, fields: dict[str, Any]) -> tuple[dict[str, Any], Any, Any]:
         self.seq += 1
         event = {"type": type_, "turn": self.turn_id, "seq": self.seq, **fields}
+        self._history.append(event)
+        if self._repair is not None:
+            # Held back: the repair writes it, after everything before it.
+            held = asyncio.get_running_loop().create_future()
+            held.set_result(None)
+            return event, held, held
         # The append is queued before the publish. They travel on separate connections, so
         # a publish may still overtake an append: a socket that sees a gap waits for the
         # buffer to catch up (`SessionConsumer._fill_gap`).
         stored = self._queue(self.buffer.append_soon, self.turn_id, self.seq, event)
+        self._appends.add(stored)
+        stored.add_done_callback(functools.partial(self._append_done, self.seq))
         published = self._queue(events.publish_soon, self.session_id, event)
         return event, stored, published
+
+    def _append_done(self, seq: int, future: asyncio.Future[Any]) -> None:
+        self._appends.discard(future)
+        if future.cancelled() or future.exception() is None:
+            return
+        if not hasattr(self.buffer, "rewrite"):
+            return  # nothing to repair with: the socket recovers what the buffer has
+        self._missed_from = seq if self._missed_from is None else min(self._missed_from, seq)
+        if self._repair is None:
+            self._repair = asyncio.ensure_future(self._repair_buffer())
+            _REPAIRS.add(self._repair)
+            self._repair.add_done_callback(_REPAIRS.discard)
+
+    async def _repair_buffer(self) -> None:
+        """Until Redis answers: rewrite the turn's buffer from the kept events, append
+        what was held meanwhile, then publish again from the first event the pages may
+        have missed. New events are held (`_send`) until this returns."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + REPAIR_GIVE_UP_SECONDS
+        delay, most = REPAIR_BACKOFF_SECONDS
+        try:
+            # Appends queued before the failure land (or fail) before the rewrite.
+            while self._appends:
+                await asyncio.gather(*list(self._appends), return_exceptions=True)
+            written = 0
+            while True:
+                todo = [e for e in self._history if e["seq"] > written]
+                if not todo:
+                    break
+                try:
+                    if written == 0:
+                        last = todo[-1]
+                        finished = (
+                            last["type"] == "turn.status"
+                            and last.get("status") in TERMINAL_STATUSES
+                        )
+                        await self.buffer.rewrite(self.turn_id, todo, finished=finished)  # type: ignore[attr-defined]
+                    else:
+                        await asyncio.gather(
+                            *[self.buffer.append_soon(self.turn_id, e["seq"], e) for e in todo]
+                        )
+                    written = todo[-1]["seq"]
+                except Exception:
+                    written = 0  # Redis may have restarted again: write it all
+                    if loop.time() >= give_up:
+                        logger.error("replay buffer repair gave up for turn %s", self.turn_id)
+                        return
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, most)
+            first = self._missed_from or 1
+            for event in [e for e in self._history if e["seq"] >= first]:
+                with contextlib.suppress(Exception):
+                    # Failures here are recovered by the pages from the repaired buffer.
+                    events.publish_soon(self.session_id, event)
+            logger.info("replay buffer of turn %s repaired from seq %s", self.turn_id, first)
+        finally:
+            self._missed_from = None
+            self._repair = None
 
     def _queue(self, send: Any, *args: Any) -> asyncio.Future[Any]:
         try:

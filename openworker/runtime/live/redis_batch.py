@@ -98,14 +98,28 @@ class RespPipe:
         """Every command's reply, in order (error replies as `ResponseError` values);
         `RedisConnectionError` when the connection fails."""
         payload = b"".join(pack(command) for command in commands)  # DataError: nothing sent
+        reused = self._writer is not None
+        try:
+            return await self._execute_once(payload, len(commands))
+        except (OSError, EOFError, RedisConnectionError) as exc:
+            if not reused:
+                raise RedisConnectionError(f"Redis connection failed: {exc}") from exc
+        # A connection Redis dropped while it sat idle (a restart) fails on first use:
+        # once more on a fresh one. What is batched is safe to repeat: an XADD with an
+        # explicit id refuses its duplicate, a repeated PUBLISH carries a seq the socket
+        # already has, EXPIRE and SELECT are idempotent.
+        try:
+            return await self._execute_once(payload, len(commands))
+        except (OSError, EOFError) as exc:
+            raise RedisConnectionError(f"Redis connection failed: {exc}") from exc
+
+    async def _execute_once(self, payload: bytes, count: int) -> list[Any]:
         try:
             if self._writer is None:
                 await self._connect()
-            return await self._exchange(payload, len(commands))
-        except BaseException as exc:
+            return await self._exchange(payload, count)
+        except BaseException:
             self._drop()
-            if isinstance(exc, OSError | EOFError):
-                raise RedisConnectionError(f"Redis connection failed: {exc}") from exc
             raise
 
     async def _connect(self) -> None:

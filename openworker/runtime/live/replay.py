@@ -43,6 +43,10 @@ class ReplayBuffer(Protocol):
     async def read_after(self, turn_id: str, after: int) -> list[dict[str, Any]]: ...
     async def last_seq(self, turn_id: str) -> int: ...
     async def finish(self, turn_id: str) -> None: ...
+    async def rewrite(self, turn_id: str, events: list[dict[str, Any]], *, finished: bool) -> None:
+        """Replace the turn's buffer with `events` (in seq order) at once: the repair
+        after a failed append (a restarted Redis lost what it had)."""
+        ...
 
 
 class MemoryReplayBuffer:
@@ -79,6 +83,11 @@ class MemoryReplayBuffer:
     async def last_seq(self, turn_id: str) -> int:
         events = self._events.get(turn_id)
         return events[-1]["seq"] if events else 0
+
+    async def rewrite(self, turn_id: str, events: list[dict[str, Any]], *, finished: bool) -> None:
+        self._events[turn_id] = list(events)[-MAX_EVENTS_PER_TURN:]
+        ttl = FINISHED_TTL_SECONDS if finished else RUNNING_TTL_SECONDS
+        self._expires[turn_id] = time.monotonic() + ttl
 
     async def finish(self, turn_id: str) -> None:
         if turn_id in self._events:
@@ -130,6 +139,17 @@ class RedisReplayBuffer:
 
     async def finish(self, turn_id: str) -> None:
         await self._client().expire(self._key(turn_id), FINISHED_TTL_SECONDS)
+
+    async def rewrite(self, turn_id: str, events: list[dict[str, Any]], *, finished: bool) -> None:
+        # One MULTI: a reader sees the old stream or the whole new one, never half.
+        key = self._key(turn_id)
+        pipe = self._client().pipeline(transaction=True)
+        pipe.delete(key)
+        for event in events:
+            payload = json.dumps(event, separators=(",", ":"))
+            pipe.xadd(key, {"e": payload}, id=f"{event['seq']}-0")
+        pipe.expire(key, FINISHED_TTL_SECONDS if finished else RUNNING_TTL_SECONDS)
+        await pipe.execute()
 
 
 _buffer: ReplayBuffer | None = None

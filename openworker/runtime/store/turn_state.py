@@ -25,6 +25,10 @@ from sessions.services import message_insert
 # A running turn whose heartbeat is older than this is considered dead. The engine beats
 # every second; six missed beats is a dead worker, not a slow database.
 LEASE_SECONDS = 6.0
+# A queued turn not claimed this long after it was handed to the runner is handed over
+# again (its task may be gone): several lease sweeps, far above a free worker's pickup
+# time (milliseconds), so a duplicate is rare and only ever a no-op.
+REDISPATCH_AFTER_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -255,3 +259,33 @@ def turns_expire_leases(*, now: Any = None) -> list[Turn]:
         if updated:
             changed.append(Turn.objects.get(pk=pk))
     return changed
+
+
+def turns_take_stranded(*, now: Any = None, skip: frozenset[str] = frozenset()) -> list[str]:
+    """Queued turns to hand to the runner again: waiting REDISPATCH_AFTER_SECONDS since
+    they were last handed over. The database, not the broker, says which turns must run
+    (a Redis restart empties the queue; a worker whose claim failed on a database error
+    consumed the task). For a queued turn `heartbeat_at` is when it was last handed over
+    (NULL: at creation); taking a turn moves it to `now` with a conditional UPDATE, so
+    each turn is taken by one sweeper per interval however many processes sweep. `skip`
+    names turns known to be alive (embedded mode's own tasks). A duplicate task, when
+    the first was only waiting behind busy workers, finds nothing to claim
+    (`turn_claim`). Returns the ids taken; the caller hands them over."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=REDISPATCH_AFTER_SECONDS)
+    waiting = Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, created_at__lt=cutoff)
+    stale = list(
+        Turn.objects.filter(waiting, status=Turn.Status.QUEUED).values_list("pk", "heartbeat_at")
+    )
+    taken = []
+    for pk, handed_over in stale:
+        if str(pk) in skip:
+            continue
+        unchanged = (
+            Q(heartbeat_at=handed_over) if handed_over is not None else Q(heartbeat_at__isnull=True)
+        )
+        if Turn.objects.filter(unchanged, pk=pk, status=Turn.Status.QUEUED).update(
+            heartbeat_at=now
+        ):
+            taken.append(str(pk))
+    return taken

@@ -9,6 +9,7 @@ there is `runtime.store.turn_state`.
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -18,8 +19,8 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from openworker.runtime.live import events
-from openworker.runtime.store import local_cancel
-from openworker.runtime.turns import runner
+from openworker.runtime.store import local_cancel, turn_state
+from openworker.runtime.turns import runner, watchdog
 from sessions import selectors
 from sessions.models import Attachment, Message, Session, Turn, UserLimits
 from sessions.services import TurnRefused, message_insert
@@ -59,15 +60,25 @@ def _turn_start(
     if not text and not attachments:
         raise TurnRefused("Type a message or attach a file.")
     limit, budget = _user_limits(session.owner_id)
-    # One query answers both checks: the sessions of the user's active turns.
+    # One query answers both checks: the sessions of the user's active turns, and whether
+    # each one's worker is alive.
+    cutoff = timezone.now() - timedelta(seconds=turn_state.LEASE_SECONDS)
     active = list(
         Turn.objects.filter(session__owner_id=session.owner_id, status__in=Turn.ACTIVE).values_list(
-            "session_id", flat=True
+            "session_id", "status", "heartbeat_at"
         )
     )
-    if session.pk in active:
+    if session.pk in {session_id for session_id, _, _ in active}:
         raise TurnRefused("This session is still working on the previous message.")
-    if len(active) >= limit:
+    # A running turn whose worker stopped beating is not running anything: the sweeper
+    # is about to mark it interrupted, and it must not hold a place of the user's limit
+    # meanwhile (cancelled and other ended turns never count).
+    holding = [
+        session_id
+        for session_id, status, beat in active
+        if status != Turn.Status.RUNNING or (beat is not None and beat >= cutoff)
+    ]
+    if len(holding) >= limit:
         raise TurnRefused(f"You already have {limit} replies running; wait for one to finish.")
     if budget is not None and user_month_spend(user_id=session.owner_id) >= budget:
         raise TurnRefused("You have reached this month's spending limit; ask an admin to raise it.")
@@ -170,11 +181,15 @@ def turn_request_stop(*, turn: Turn) -> Turn:
     """Stop: a running turn's worker sees the flag at its next heartbeat (and at once when
     it runs in this process); a queued or waiting turn is cancelled here."""
     Turn.objects.filter(pk=turn.pk, status=Turn.Status.RUNNING).update(cancel_requested=True)
-    Turn.objects.filter(
+    cancelled = Turn.objects.filter(
         pk=turn.pk, status__in=[Turn.Status.QUEUED, Turn.Status.AWAITING_APPROVAL]
     ).update(status=Turn.Status.CANCELLED, finished_at=timezone.now())
     local_cancel.turn_cancel_local(turn.pk)
     turn.refresh_from_db()
+    if cancelled:
+        # No engine runs this turn to say so (a later delivery finds nothing to claim):
+        # tell every open page of the session now.
+        transaction.on_commit(lambda: watchdog.announce_status_sync(turn))
     return turn
 
 
@@ -193,7 +208,8 @@ def turn_decide_tool(*, turn: Turn, call_id: str, approved: bool) -> Turn:
         fields = ["approvals"]
         if not undecided:
             turn.status = Turn.Status.QUEUED
-            fields.append("status")
+            turn.heartbeat_at = timezone.now()  # queued: when it was handed over (below)
+            fields += ["status", "heartbeat_at"]
         turn.save(update_fields=fields)
         if not undecided:
             runner.turn_enqueue(turn.pk)
@@ -206,6 +222,7 @@ def turn_retry(*, turn: Turn) -> Turn:
     with transaction.atomic():
         updated = Turn.objects.filter(pk=turn.pk, status__in=retryable).update(
             status=Turn.Status.QUEUED,
+            heartbeat_at=timezone.now(),  # queued: when it was handed over (below)
             error="",
             error_kind="",
             cancel_requested=False,

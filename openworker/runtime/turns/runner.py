@@ -70,6 +70,10 @@ class EmbeddedRunner:
         self._tasks[turn_id] = task
         task.add_done_callback(lambda _t: self._tasks.pop(turn_id, None))
 
+    def running_ids(self) -> frozenset[str]:
+        """Turns with a live task in this process (the sweeper leaves them alone)."""
+        return frozenset(self._tasks)
+
     async def wait(self, turn_id: str) -> None:
         """Wait for a running turn's task (tests)."""
         task = self._tasks.get(turn_id)

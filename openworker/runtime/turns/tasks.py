@@ -1,5 +1,6 @@
 """The Celery side of turns: the task a worker runs, and what a worker starts when it is
-ready (the lease sweeper, GC tuning). Tasks load ids and call the runtime; nothing else.
+ready (GC tuning; the lease sweeper starts from `watchdog`). Tasks load ids and call
+the runtime; nothing else.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from celery.signals import worker_ready
 
 from openworker.gc_tuning import tune_for_serving
 from openworker.runtime.agent.engine import run_turn
-from openworker.runtime.turns import watchdog
 from openworker.runtime.turns.worker_loop import worker_loop
 
 # The registered name predates this module's move out of `sessions.tasks`: messages queued
@@ -25,11 +25,6 @@ RUN_TURN_TASK = "sessions.tasks.run_turn_task"
 @shared_task(name=RUN_TURN_TASK, acks_late=True, ignore_result=True, max_retries=0)
 def run_turn_task(turn_id: str) -> None:
     worker_loop.run(run_turn(turn_id))
-
-
-@worker_ready.connect
-def _start_lease_sweeper(**_: Any) -> None:
-    watchdog.start_thread()
 
 
 @worker_ready.connect
