@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
@@ -121,11 +123,19 @@ def test_provider_timeouts_from_settings_reach_the_transport(settings):
     settings.PROVIDER_CONNECT_TIMEOUT = 3.5
     settings.PROVIDER_READ_TIMEOUT = 42.0
     transport = new_transport()
-    try:
-        assert transport.read_timeout == 42.0
-        assert transport._client.timeout.connect == 3.5
-    finally:
-        transport.close()
+
+    async def client_timeout() -> httpx.Timeout:
+        # The client a stream on this loop would use (one per event loop).
+        client = transport._async_client()
+        try:
+            return client.timeout
+        finally:
+            await transport.aclose()
+
+    assert transport.read_timeout == 42.0
+    timeout = asyncio.run(client_timeout())
+    assert (timeout.connect, timeout.read) == (3.5, 42.0)
+    transport.close()
 
 
 def test_distributed_mode_pools_connections_and_uses_the_restart_safe_broker_transport():
