@@ -176,7 +176,11 @@ def default_model(request: HttpRequest) -> HttpResponse:
     if len(model) > 200:
         messages.error(request, "That model name is too long.")
     else:
-        services.user_set_default_model(user=request.user, model=model)
+        try:
+            model = services.user_set_default_model(user=request.user, model=model)
+        except services.TurnRefused as exc:
+            messages.error(request, str(exc))
+            return redirect("provider_settings")
         messages.success(
             request, f"New sessions start with {model}." if model else "Default model reset."
         )
