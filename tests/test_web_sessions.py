@@ -8,8 +8,8 @@ import uuid
 import pytest
 from django.test import Client
 from django.urls import reverse
-from providers.models import ProviderProfile
 
+from providers.edge.models import ProviderProfile
 from sessions import selectors, services
 from sessions.models import CompactionCheckpoint, Message, Session, Turn, UserPreferences
 
