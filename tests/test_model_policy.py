@@ -158,6 +158,20 @@ def test_the_picker_offers_no_custom_model_when_the_team_allows_none(client, own
     assert 'value="__custom__"' not in body
 
 
+@pytest.mark.django_db
+def test_a_connection_test_with_a_hidden_model_never_reaches_the_organisations_key(
+    client, owner, matrix
+):
+    with AnthropicMessagesFake(api_key=None) as org_fake:
+        org_key(org_fake.base_url)
+        client.force_login(owner)
+        response = client.post(
+            reverse("provider_test", args=["anthropic"]), {"model": HIDDEN}, follow=True
+        )
+        assert "own anthropic key" in response.content.decode()
+        assert org_fake.requests == []
+
+
 # --- the socket and the engine -----------------------------------------------------------
 
 
