@@ -20,7 +20,9 @@ from sessions.models import Session
 from tests.security.figures import record
 from tests.security.test_fuzz import EXAMPLES, collect, json_values
 
-pytestmark = [pytest.mark.distributed, pytest.mark.django_db]
+# 1,000 requests per entry point: above the suite's default per-test timeout on a loaded
+# machine (about a minute each here; the admin's add form is the slowest).
+pytestmark = [pytest.mark.distributed, pytest.mark.django_db, pytest.mark.timeout(600)]
 # Imports that are then opened and exported (each costs five requests): enough to cover
 # every shape the generator finds, few enough to keep the suite's run time in minutes.
 OPENED_IMPORTS = 150
