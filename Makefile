@@ -13,7 +13,7 @@ TEST_ENV := DEBUG=1 SECRET_KEY=test-only-secret-key-not-for-production \
 	OPENWORKER_ENCRYPTION_KEYS=dGVzdC1vbmx5LWtleS1ub3QtZm9yLXByb2R1Y3Rpb24= \
 	OPENWORKER_OUTBOUND_ALLOWLIST=127.0.0.1,localhost OPENWORKER_AUTO_TITLE=0
 
-.PHONY: run test lint format install install-dev migrate
+.PHONY: run dev test lint format install install-dev migrate
 
 $(VENV)/.installed-run: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,9 +33,15 @@ install-dev: $(VENV)/.installed-dev
 migrate: install
 	$(PY) manage.py migrate --noinput
 
+# DEBUG is off: friendly error pages, no tracebacks (README, "On a LAN").
 run: migrate
 	$(PY) manage.py ensure_admin --url http://$(HOST):$(PORT)
 	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) openworker.asgi:application
+
+# `make run` with Django's debug pages (tracebacks, source): on your own machine only.
+dev: migrate
+	$(PY) manage.py ensure_admin --url http://$(HOST):$(PORT)
+	DEBUG=1 $(VENV)/bin/daphne -b $(HOST) -p $(PORT) openworker.asgi:application
 
 lint: install-dev
 	$(VENV)/bin/ruff check .

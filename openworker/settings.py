@@ -28,13 +28,17 @@ if bool(DATABASE_URL) != bool(REDIS_URL):
 DISTRIBUTED = bool(DATABASE_URL and REDIS_URL)
 RUN_MODE = "distributed" if DISTRIBUTED else "embedded"
 
-# Embedded mode is a developer's laptop; distributed mode is a deployment.
-DEBUG = envbool("DEBUG", default=not DISTRIBUTED)
+# Off in both modes unless asked for (`make dev`, DEBUG=1): `make run` is how a small team
+# serves this on a LAN, and Django's debug pages show tracebacks, source and every URL.
+DEBUG = envbool("DEBUG", default=False)
+# A deployment (distributed, DEBUG off) takes its secrets and HTTPS from the environment;
+# embedded mode keeps generated secrets in `.state/` and serves plain HTTP by default.
+DEPLOYMENT = DISTRIBUTED and not DEBUG
 
 SECRET_KEY = envstr("SECRET_KEY")
 # Fernet keys, newest first: the first encrypts, all decrypt (rotation, see rotate_keys).
 ENCRYPTION_KEYS = envlist("OPENWORKER_ENCRYPTION_KEYS")
-if not DEBUG:
+if DEPLOYMENT:
     if not SECRET_KEY:
         raise ImproperlyConfigured("SECRET_KEY must be set in the environment when DEBUG is off.")
     if not ENCRYPTION_KEYS:
@@ -73,6 +77,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # NUL, unpaired surrogates and oversize values: a 400 naming the field, not a 500.
+    "openworker.middleware.InputValidationMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "openworker.middleware.ContentSecurityPolicyMiddleware",
     # Last, as django-axes requires: it answers a locked-out sign-in with 429.
@@ -172,6 +178,8 @@ AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
 # An OpenID Connect callback is not a password guess (sessions/sso/backend.py says why).
 AXES_WHITELIST_CALLABLE = "sessions.sso.backend.is_sso_attempt"
+# The lockout page: styled, status 429, says when to try again.
+AXES_LOCKOUT_TEMPLATE = "429.html"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -201,14 +209,15 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
         "BACKEND": (
-            "django.contrib.staticfiles.storage.StaticFilesStorage"
-            if DEBUG
-            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if DEPLOYMENT
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
         )
     },
 }
-# Serve straight from the finders in DEBUG so `make run` needs no collectstatic.
-WHITENOISE_USE_FINDERS = DEBUG
+# Embedded mode serves straight from the finders (DEBUG or not) so `make run` needs no
+# collectstatic; a deployment serves the collected, hashed files.
+WHITENOISE_USE_FINDERS = not DEPLOYMENT
 WHITENOISE_AUTOREFRESH = DEBUG
 
 # One cache for every process in distributed mode: an admin's edit to the curated matrix
@@ -293,6 +302,12 @@ MAX_CONCURRENT_TURNS_PER_USER = envint("MAX_CONCURRENT_TURNS_PER_USER", 3, minim
 # the session's model when empty); off, sessions are titled from the first words.
 AUTO_TITLE = envbool("OPENWORKER_AUTO_TITLE", True)
 TITLE_MODEL = envstr("OPENWORKER_TITLE_MODEL", "")
+# Custom model ids (not curated for the user's teams) for users whose teams set no policy
+# (providers.model_policy): "off", "own_key" (the user's own provider key only: the
+# organisation's keys run only curated models) or "any_key".
+CUSTOM_MODELS_DEFAULT = envstr("OPENWORKER_CUSTOM_MODELS", "own_key")
+if CUSTOM_MODELS_DEFAULT not in ("off", "own_key", "any_key"):
+    raise ImproperlyConfigured("OPENWORKER_CUSTOM_MODELS must be off, own_key or any_key.")
 # Each Daphne process sweeps expired turn leases; tests drive the sweep by hand.
 LEASE_SWEEPER = envbool("OPENWORKER_LEASE_SWEEPER", True)
 MAX_MESSAGE_CHARS = envint("MAX_MESSAGE_CHARS", 32_000, minimum=100)
@@ -318,12 +333,14 @@ X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 if not DEBUG:
-    SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", True)
-    SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", True)
-    CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", True)
-    SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 31536000)
-    SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
-    SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", True)
+    # HTTPS by default in a deployment; embedded mode (plain HTTP on 127.0.0.1 or a LAN)
+    # opts in with these variables once a TLS proxy is in front (README, "On a LAN").
+    SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", DEPLOYMENT)
+    SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", DEPLOYMENT)
+    CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", DEPLOYMENT)
+    SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 31536000 if DEPLOYMENT else 0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", DEPLOYMENT)
+    SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", DEPLOYMENT)
     if envbool("BEHIND_TLS_PROXY", False):
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SILENCED_SYSTEM_CHECKS: list[str] = []

@@ -82,6 +82,26 @@ def attachment_create(*, owner: Any, session: Session | None, upload: UploadedFi
     return attachment
 
 
+def attachment_meta(attachment: Attachment) -> dict[str, Any]:
+    """What a message part says of its attachment (display; the bytes stay in the row)."""
+    return {
+        "id": str(attachment.pk),
+        "name": attachment.name,
+        "mime": attachment.mime,
+        "size": attachment.size,
+    }
+
+
+def attachment_part(meta: dict[str, Any]) -> dict[str, Any]:
+    """The canonical content part referring to an attachment (by id, never inline)."""
+    ref = f"attachment:{meta['id']}"
+    if str(meta["mime"]).startswith("image/"):
+        part = {"type": "image_url", "image_url": {"url": ref}}
+    else:
+        part = {"type": "file", "file": {"filename": meta["name"], "file_data": ref}}
+    return {**part, "attachment": meta}
+
+
 def attachment_payload(attachment: Attachment) -> dict[str, Any]:
     return {
         "id": str(attachment.pk),

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
@@ -23,18 +24,22 @@ from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.layers import get_channel_layer
 
+from openworker.middleware import text_problem
 from openworker.runtime.live import events
 from openworker.runtime.live.replay import get_replay_buffer
 from openworker.runtime.turns import commands
 from sessions import selectors
 
+logger = logging.getLogger(__name__)
+
 # Application close codes (4000-4999 are ours): the page reacts to each differently.
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
-CLOSE_TOO_BIG = 4413
-CLOSE_BAD_MESSAGE = 4400
 # A chat message is text plus attachment ids; anything bigger is not a client of ours.
 MAX_FRAME_BYTES = 64 * 1024
+# Our messages nest two levels (`{"attachments": [...]}`); a deep frame is an attack on
+# the parser and on every handler that walks it.
+MAX_FRAME_DEPTH = 8
 # An active turn silent this long on this socket is checked against its replay buffer:
 # the channel layer may have dropped its latest events (even its final status), and a
 # gap is otherwise only noticed when a later event arrives.
@@ -118,19 +123,19 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             )
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        size = len(text_data.encode()) if text_data is not None else len(bytes_data or b"")
-        if size > MAX_FRAME_BYTES:
-            await self.close(code=CLOSE_TOO_BIG)
-            return
-        if text_data is None:
-            await self.close(code=CLOSE_BAD_MESSAGE)
-            return
+        """A refused frame gets an `error` naming the limit and the socket keeps working;
+        whatever else goes wrong is logged and answered, never left to kill the reader."""
         try:
-            content = json.loads(text_data)
-        except ValueError:
-            await self._error("Messages must be JSON.")
-            return
-        await self.receive_json(content)
+            content, problem = frame_parse(text_data, bytes_data)
+            if problem is not None:
+                await self._error(problem)
+                return
+            await self.receive_json(content)
+        except StopConsumer:
+            raise
+        except Exception:
+            logger.exception("session socket %s: a client message failed", self.session_id)
+            await self._error("Something went wrong on our side; that message was not handled.")
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if not isinstance(content, dict) or not isinstance(content.get("type"), str):
@@ -369,6 +374,38 @@ async def _dispatch_each(
         for reader in readers:
             with contextlib.suppress(asyncio.CancelledError, StopConsumer, Exception):
                 await reader
+
+
+def frame_parse(text_data: str | None, bytes_data: bytes | None) -> tuple[Any, str | None]:
+    """(the frame's JSON, None) or (None, why it is refused, naming the limit). Pure."""
+    if text_data is None:
+        return None, "Frames must be JSON text, not binary."
+    if len(text_data.encode("utf-8", "surrogatepass")) > MAX_FRAME_BYTES:
+        return None, f"Frames are limited to {MAX_FRAME_BYTES // 1024} KiB."
+    try:
+        content = json.loads(text_data)
+    except RecursionError:
+        return None, f"Frames may nest at most {MAX_FRAME_DEPTH} levels."
+    except ValueError:
+        return None, "Messages must be JSON."
+    stack: list[tuple[Any, int]] = [(content, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)) and depth >= MAX_FRAME_DEPTH:
+            return None, f"Frames may nest at most {MAX_FRAME_DEPTH} levels."
+        if isinstance(value, dict):
+            for key, item in value.items():
+                problem = text_problem(f"The key {key[:40]!r}", key)
+                if problem is not None:
+                    return None, problem
+                stack.append((item, depth + 1))
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1) for item in value)
+        elif isinstance(value, str):
+            problem = text_problem("A text value", value)
+            if problem is not None:
+                return None, problem
+    return content, None
 
 
 def _active_turn_states(session: Any) -> list[dict[str, Any]]:

@@ -14,8 +14,11 @@ lossless canonical transcript and the import needs them to continue a session fa
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
 import re
+import uuid
 import zipfile
 from collections.abc import Iterable, Iterator
 from datetime import datetime
@@ -24,20 +27,18 @@ from typing import Any
 
 from django.utils import timezone
 
-from sessions.models import CompactionCheckpoint, Message, Session, Turn
+from sessions import importing
+from sessions.models import Attachment, CompactionCheckpoint, Message, Session, Turn
 
-EXPORT_FORMAT = "openworker.session"
-EXPORT_VERSION = 1
+logger = logging.getLogger(__name__)
+
+EXPORT_FORMAT = importing.EXPORT_FORMAT
+EXPORT_VERSION = importing.EXPORT_VERSION
 # Rows fetched per database round trip while streaming.
 CHUNK_ROWS = 500
 # Zip output is yielded once this much has accumulated (fewer, larger HTTP chunks).
 ZIP_FLUSH_BYTES = 256 * 1024
-ROLES = {"system", "user", "assistant", "tool"}
 USAGE_BUCKETS = ("input", "output", "cache_read", "cache_write")
-
-
-class ImportRejected(Exception):
-    """The uploaded file is not an export we can import; the message is for the user."""
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -122,7 +123,14 @@ def session_json_chunks(session: Session) -> Iterator[str]:
     }
     yield _dumps(head)[:-1]  # reopen the object: the arrays follow
     yield ',\n"messages": '
-    yield from _array(message_record(m) for m in _messages(session))
+    referenced: set[uuid.UUID] = set()
+
+    def records() -> Iterator[dict[str, Any]]:
+        for message in _messages(session):
+            referenced.update(attachment_ids(message.content))
+            yield message_record(message)
+
+    yield from _array(records())
     totals: dict[str, Any] = {bucket: 0 for bucket in USAGE_BUCKETS}
     cost: Decimal | None = Decimal(0)
     priced_any = False
@@ -147,7 +155,43 @@ def session_json_chunks(session: Session) -> Iterator[str]:
     checkpoints = CompactionCheckpoint.objects.filter(session=session).order_by("created_at")
     yield from _array(_checkpoint_record(c) for c in checkpoints.iterator(chunk_size=CHUNK_ROWS))
     usage = {**totals, "cost": str(cost) if cost is not None and priced_any else None}
-    yield ',\n"usage": ' + _dumps(usage) + "\n}\n"
+    yield ',\n"usage": ' + _dumps(usage)
+    # The files the messages show travel with them (base64), one at a time.
+    yield ',\n"attachments": '
+    yield from _array(_attachment_records(session, referenced))
+    yield "\n}\n"
+
+
+def attachment_ids(content: Any) -> set[uuid.UUID]:
+    """The attachment ids a message's parts name (malformed parts name none)."""
+    out: set[uuid.UUID] = set()
+    for part in content if isinstance(content, list) else ():
+        meta = part.get("attachment") if isinstance(part, dict) else None
+        if isinstance(meta, dict):
+            try:
+                out.add(uuid.UUID(str(meta.get("id"))))
+            except ValueError:
+                continue
+    return out
+
+
+def _attachment_records(session: Session, ids: set[uuid.UUID]) -> Iterator[dict[str, Any]]:
+    rows = Attachment.objects.filter(owner_id=session.owner_id, pk__in=ids).order_by("pk")
+    for attachment in rows.iterator(chunk_size=20):
+        try:
+            with attachment.file.open("rb") as handle:
+                data = handle.read()
+        except OSError:
+            logger.warning("attachment %s has no file; left out of the export", attachment.pk)
+            continue
+        yield {
+            "id": str(attachment.pk),
+            "name": attachment.name,
+            "mime": attachment.mime,
+            "size": len(data),
+            "sha256": attachment.sha256,
+            "data": base64.b64encode(data).decode("ascii"),
+        }
 
 
 # --- Markdown ------------------------------------------------------------------------------
@@ -168,15 +212,20 @@ def _content_markdown(content: Any) -> str:
         if not isinstance(part, dict):
             continue
         kind = part.get("type")
-        meta = part.get("attachment") or {}
+        # A stored session is data: a part of any shape renders as something, never raises.
+        meta = _dict(part.get("attachment"))
         if kind == "text":
             pieces.append(str(part.get("text", "")))
         elif kind == "image_url":
             pieces.append(f"*[image: {meta.get('name') or 'image'}]*")
         elif kind == "file":
-            name = meta.get("name") or (part.get("file") or {}).get("filename") or "file"
+            name = meta.get("name") or _dict(part.get("file")).get("filename") or "file"
             pieces.append(f"*[file: {name}]*")
     return "\n\n".join(pieces)
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _message_markdown(message: Message) -> str:
@@ -186,7 +235,7 @@ def _message_markdown(message: Message) -> str:
     elif message.role == "assistant":
         out.append(f"## Assistant{f' ({message.model})' if message.model else ''}")
     elif message.role == "tool":
-        tool = (message.extras or {}).get("tool") or "tool"
+        tool = _dict(message.extras).get("tool") or "tool"
         out.append(f"### Tool result: {tool}")
     else:
         out.append(f"## {message.role.title()}")
@@ -198,8 +247,9 @@ def _message_markdown(message: Message) -> str:
         out.append(_fence(text))
     elif text:
         out.append(text)
-    for call in message.tool_calls or []:
-        arguments = json.dumps(call.get("arguments"), indent=2, ensure_ascii=False)
+    for call in message.tool_calls if isinstance(message.tool_calls, list) else []:
+        call = _dict(call)
+        arguments = json.dumps(call.get("arguments"), indent=2, ensure_ascii=False, default=str)
         out.append(f"**Tool call:** `{call.get('name', '')}`\n\n{_fence(arguments, 'json')}")
     return "\n\n".join(out) + "\n\n"
 
@@ -268,64 +318,3 @@ def archive_chunks(sessions: Iterable[Session]) -> Iterator[bytes]:
                             yield sink.take()
                 yield sink.take()
     yield sink.take()
-
-
-# --- import --------------------------------------------------------------------------------
-
-
-def _check_message(index: int, raw: Any) -> dict[str, Any]:
-    where = f"Message {index + 1}"
-    if not isinstance(raw, dict):
-        raise ImportRejected(f"{where} is not an object.")
-    role = raw.get("role")
-    if role not in ROLES:
-        raise ImportRejected(f"{where} has an unknown role.")
-    content = raw.get("content", "")
-    if not isinstance(content, str) and not (
-        isinstance(content, list) and all(isinstance(p, dict) for p in content)
-    ):
-        raise ImportRejected(f"{where} has content that is neither text nor a list of parts.")
-    tool_calls = raw.get("tool_calls")
-    if tool_calls is not None and not (
-        isinstance(tool_calls, list)
-        and all(isinstance(c, dict) and isinstance(c.get("id"), str) for c in tool_calls)
-    ):
-        raise ImportRejected(f"{where} has malformed tool calls.")
-    out: dict[str, Any] = {"role": role, "content": content}
-    if tool_calls:
-        out["tool_calls"] = tool_calls
-    for key in ("tool_call_id", "reasoning", "model", "finish_reason"):
-        value = raw.get(key, "")
-        if not isinstance(value, str):
-            raise ImportRejected(f"{where}: {key} must be text.")
-        if value:
-            out[key] = value
-    for key in ("extras", "usage"):
-        value = raw.get(key)
-        if value is not None and not isinstance(value, dict):
-            raise ImportRejected(f"{where}: {key} must be an object.")
-        if value:
-            out[key] = value
-    return out
-
-
-def parse_export(data: bytes) -> tuple[str, str, list[dict[str, Any]]]:
-    """(title, model, canonical messages) from the bytes of one of our JSON exports."""
-    try:
-        document = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        raise ImportRejected("The file is not valid JSON.") from None
-    if not isinstance(document, dict) or document.get("format") != EXPORT_FORMAT:
-        raise ImportRejected("The file is not an OpenWorker session export.")
-    if document.get("version") != EXPORT_VERSION:
-        raise ImportRejected("This export was made by a version we cannot read.")
-    meta = document.get("session") or {}
-    messages = document.get("messages")
-    if not isinstance(meta, dict) or not isinstance(messages, list):
-        raise ImportRejected("The export has no messages.")
-    if isinstance(messages, list) and messages and "seq" in messages[0]:
-        messages = sorted(messages, key=lambda m: m.get("seq", 0) if isinstance(m, dict) else 0)
-    checked = [_check_message(i, m) for i, m in enumerate(messages)]
-    title = meta.get("title") if isinstance(meta.get("title"), str) else ""
-    model = meta.get("model") if isinstance(meta.get("model"), str) else ""
-    return title, model, checked

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -17,6 +18,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.safestring import mark_safe
 
+from providers.edge.model_policy import custom_mode
 from providers.types import ModelCapabilities
 from sessions import selectors
 from sessions.content import text_parts as _text_parts
@@ -47,20 +49,30 @@ def _attachments(session: Session, content: Any) -> list[dict[str, Any]]:
     for part in content if isinstance(content, list) else ():
         if not isinstance(part, dict) or part.get("type") not in ("image_url", "file"):
             continue
-        meta = part.get("attachment") or {}
-        attachment_id = meta.get("id")
+        # Stored content is data: a malformed part shows as a plain file, never raises.
+        meta = part.get("attachment")
+        meta = meta if isinstance(meta, dict) else {}
+        attachment_id = _uuid_or_none(meta.get("id"))
         url = None
         if attachment_id:
             url = reverse("attachment_download", args=[session.pk, attachment_id])
         out.append(
             {
-                "name": meta.get("name") or ("image" if part["type"] == "image_url" else "file"),
-                "mime": meta.get("mime", ""),
+                "name": str(meta.get("name") or "")
+                or ("image" if part["type"] == "image_url" else "file"),
+                "mime": str(meta.get("mime", "")),
                 "is_image": part["type"] == "image_url",
                 "url": url,
             }
         )
     return out
+
+
+def _uuid_or_none(value: Any) -> str | None:
+    try:
+        return str(uuid.UUID(str(value))) if value else None
+    except ValueError:
+        return None
 
 
 # What a user reads when a turn ends badly, by failure class. Never the provider's raw
@@ -83,10 +95,16 @@ ERROR_WORDS = {
     "blocked": "This provider address is not allowed by the server's outbound policy.",
     "interrupted": "The reply was interrupted (the server restarted or lost its worker).",
     "step_limit": "The agent reached its step limit for one reply.",
+    "time_limit": "This reply ran past the time one reply may take and was stopped; what it "
+    "wrote so far is kept.",
+    "model_refused": "Your team may not use this model.",
     "cancelled": "Stopped.",
     "internal": "Something went wrong on our side while writing this reply.",
 }
 GENERIC_ERROR = "This reply did not finish."
+# Kinds whose `error` is our own sentence (never a provider's text): shown as written,
+# since it says why (the model policy names the model and what to do).
+OWN_WORDS = {"model_refused", "time_limit"}
 # providers.errors.RateLimitError's words carry the provider's Retry-After ("in 12 s").
 _RETRY_IN = re.compile(r"\bin (\d+(?:\.\d+)?) s\b")
 # The transport's own failures (httpx/OS words) as opposed to an answer with a 5xx status,
@@ -117,6 +135,8 @@ def error_view(kind: str, error: str, status: str = "") -> dict[str, Any]:
     if status == "cancelled":
         cls = "cancelled"
     words = ERROR_WORDS.get(cls, GENERIC_ERROR) if cls else GENERIC_ERROR
+    if cls in OWN_WORDS and error:
+        words = error
     retry_in = None
     if cls == "rate_limited":
         match = _RETRY_IN.search(error or "")
@@ -126,7 +146,7 @@ def error_view(kind: str, error: str, status: str = "") -> dict[str, Any]:
 
 
 def message_view(session: Session, message: Message) -> dict[str, Any]:
-    extras = message.extras or {}
+    extras = message.extras if isinstance(message.extras, dict) else {}
     view: dict[str, Any] = {
         "seq": message.seq,
         "role": message.role,
@@ -287,7 +307,15 @@ def model_picker(user: Any, current: str) -> dict[str, Any]:
         for entry in selectors.model_choices(user=user)
     ]
     curated_ids = {option["id"] for option in options}
-    return {"options": options, "current": current, "custom": current not in curated_ids}
+    mode = custom_mode(user=user)
+    return {
+        "options": options,
+        "current": current,
+        "custom": current not in curated_ids,
+        # What the model policy says of ids outside the list (providers.edge.model_policy).
+        "custom_allowed": mode != "off",
+        "custom_own_key": mode == "own_key",
+    }
 
 
 def chosen_model(post: Any) -> str:

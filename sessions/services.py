@@ -15,10 +15,13 @@ import uuid
 from typing import Any
 
 from django.conf import settings
+from django.core.files.base import ContentFile
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from providers.edge.model_policy import ModelRefused, model_require
+from sessions.attachments import attachment_meta, attachment_part
 from sessions.models import Attachment, Message, Session, Turn, UserPreferences
 from sessions.selectors import workspace_root
 
@@ -32,6 +35,15 @@ class TurnRefused(Exception):
 
 def session_create(*, owner: Any, model: str = "", title: str = "") -> Session:
     return Session.objects.create(owner=owner, model=model or settings.DEFAULT_MODEL, title=title)
+
+
+def model_check(*, user: Any, model: str) -> str:
+    """`model` (stripped) if the model policy lets `user` run it (providers.edge.model_policy),
+    else TurnRefused saying why: every place a user chooses a model calls this."""
+    try:
+        return model_require(user=user, model=model).model
+    except ModelRefused as exc:
+        raise TurnRefused(str(exc)) from None
 
 
 # --- messages --------------------------------------------------------------------------
@@ -172,18 +184,16 @@ def session_delete(*, session: Session) -> None:
 def session_set_model(*, session: Session, model: str) -> Session:
     """Switch the model the next turn uses (the transcript is unchanged: degradation acts
     on the outbound copy of each request)."""
-    model = model.strip()
-    if not model:
-        raise TurnRefused("Choose a model.")
-    if len(model) > Session._meta.get_field("model").max_length:
-        raise TurnRefused("That model name is too long.")
+    model = model_check(user=session.owner, model=model)
     session.model = model
     session.save(update_fields=["model"])
     return session
 
 
 def user_set_default_model(*, user: Any, model: str) -> str:
-    model = model.strip()[:200]
+    model = model.strip()
+    if model:  # empty resets to the site default
+        model = model_check(user=user, model=model)
     UserPreferences.objects.update_or_create(user=user, defaults={"default_model": model})
     return model
 
@@ -196,38 +206,89 @@ def session_title_save(*, session_id: uuid.UUID | str, title: str) -> str:
 
 
 def session_import(
-    *, owner: Any, title: str, model: str, messages: list[dict[str, Any]]
+    *,
+    owner: Any,
+    title: str,
+    model: str,
+    messages: list[dict[str, Any]],
+    attachments: list[Any] | None = None,
 ) -> Session:
     """A new session of `owner` holding `messages` (already validated canonical dicts, in
-    order). Turn links are not imported: the new session has no turns of its own yet."""
-    with transaction.atomic():
-        session = Session.objects.create(
-            owner=owner,
-            title=" ".join(title.split())[:TITLE_MAX_CHARS],
-            model=model or settings.DEFAULT_MODEL,
-        )
-        batch: list[Message] = []
-        seq = 0
-        for seq, message in enumerate(messages, start=1):
-            batch.append(
-                Message(
-                    session=session,
-                    seq=seq,
-                    role=message["role"],
-                    content=message.get("content", ""),
-                    tool_calls=message.get("tool_calls") or None,
-                    tool_call_id=message.get("tool_call_id", ""),
-                    reasoning=message.get("reasoning", ""),
-                    extras=message.get("extras") or None,
-                    usage=message.get("usage"),
-                    model=message.get("model", ""),
-                    finish_reason=message.get("finish_reason", ""),
-                )
+    order) and the `attachments` they refer to (`sessions.importing.ImportedAttachment`:
+    parts name them by the exporter's id). All or nothing: files written for a failed
+    import are removed again. Turn links are not imported."""
+    written: list[Any] = []
+    try:
+        with transaction.atomic():
+            session = Session.objects.create(
+                owner=owner,
+                title=" ".join(title.split())[:TITLE_MAX_CHARS],
+                model=model or settings.DEFAULT_MODEL,
             )
-            if len(batch) >= 500:
-                Message.objects.bulk_create(batch)
-                batch = []
-        Message.objects.bulk_create(batch)
-        Session.objects.filter(pk=session.pk).update(next_seq=seq + 1)
+            ids = _import_attachments(owner, session, attachments or [], written)
+            batch: list[Message] = []
+            seq = 0
+            for seq, message in enumerate(messages, start=1):
+                content = message.get("content", "")
+                if isinstance(content, list):
+                    content = [_imported_part(part, ids) for part in content]
+                batch.append(
+                    Message(
+                        session=session,
+                        seq=seq,
+                        role=message["role"],
+                        content=content,
+                        tool_calls=message.get("tool_calls") or None,
+                        tool_call_id=message.get("tool_call_id", ""),
+                        reasoning=message.get("reasoning", ""),
+                        extras=message.get("extras") or None,
+                        usage=message.get("usage"),
+                        model=message.get("model", ""),
+                        finish_reason=message.get("finish_reason", ""),
+                    )
+                )
+                if len(batch) >= 500:
+                    Message.objects.bulk_create(batch)
+                    batch = []
+            Message.objects.bulk_create(batch)
+            Session.objects.filter(pk=session.pk).update(next_seq=seq + 1)
+    except BaseException:
+        for stored in written:
+            stored.file.storage.delete(stored.file.name)
+        raise
     session.refresh_from_db()
     return session
+
+
+def _import_attachments(
+    owner: Any, session: Session, attachments: list[Any], written: list[Any]
+) -> dict[str, dict[str, Any]]:
+    """Exporter's id → the owner's attachment (meta for parts); reuses an upload the owner
+    already has (same SHA-256), as uploads do."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in attachments:
+        existing = Attachment.objects.filter(owner=owner, sha256=item.sha256).first()
+        if existing is None:
+            existing = Attachment(
+                owner=owner,
+                session=session,
+                name=item.name[:255],
+                mime=item.mime,
+                size=len(item.data),
+                sha256=item.sha256,
+            )
+            existing.file.save(item.sha256, ContentFile(item.data), save=False)
+            written.append(existing)
+            existing.save()
+        out[item.id] = attachment_meta(existing)
+    return out
+
+
+def _imported_part(part: dict[str, Any], ids: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    meta = part.get("attachment")
+    if part.get("type") not in ("image_url", "file") or not isinstance(meta, dict):
+        return part
+    found = ids.get(str(meta.get("id")))
+    if found is None:
+        return {"type": "text", "text": f"[attachment not in the export: {meta.get('name')}]"}
+    return attachment_part(found)

@@ -3,7 +3,9 @@ every session URL answers 404 to anyone but its owner."""
 
 from __future__ import annotations
 
+import logging
 import mimetypes
+from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
@@ -23,18 +25,19 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from openworker.middleware import answers_json
 from openworker.runtime.agent.degradation import degradation_note
 from openworker.runtime.agent.llm import router_for_user
 from openworker.runtime.agent.tools.workspace import WorkspacePathError, workspace_path
-from sessions import attachments, export, presenters, selectors, services
+from sessions import attachments, export, importing, presenters, selectors, services
 from sessions.models import Session, Turn
 from sessions.search import normalise_query
 from sessions.workspace_views import workspace_page_data
 
+logger = logging.getLogger(__name__)
+
 # Sessions per page of the list: a screenful on a laptop, two thumbs' worth on a phone.
 SESSIONS_PER_PAGE = 25
-# An import is one JSON document parsed in memory: bounded so an upload cannot exhaust it.
-MAX_IMPORT_BYTES = 50 * 1024 * 1024
 
 
 def _own_session(request: HttpRequest, session_id: object) -> Session:
@@ -83,8 +86,10 @@ def session_new(request: HttpRequest) -> HttpResponse:
         or selectors.usable_model(user=request.user)
         or selectors.user_default_model(user=request.user)
     )
-    if len(model) > Session._meta.get_field("model").max_length:
-        messages.error(request, "That model name is too long.")
+    try:
+        model = services.model_check(user=request.user, model=model)
+    except services.TurnRefused as exc:
+        messages.error(request, str(exc))
         return redirect("home")
     session = services.session_create(owner=request.user, model=model)
     return redirect("chat", session_id=session.pk)
@@ -164,6 +169,7 @@ def _percent(tokens: int | None, window: int | None) -> int | None:
     return min(100, round(100 * tokens / window))
 
 
+@answers_json
 @login_required
 @require_GET
 def session_messages(request: HttpRequest, session_id: object) -> JsonResponse:
@@ -222,6 +228,7 @@ def _int_param(request: HttpRequest, name: str) -> int | None:
     return max(0, number)
 
 
+@answers_json
 @login_required
 @require_POST
 def session_model(request: HttpRequest, session_id: object) -> JsonResponse:
@@ -257,8 +264,10 @@ def _note_words(note: str | None) -> str | None:
 
 
 def _safe_next(request: HttpRequest, fallback: str) -> str:
+    """A local path to go back to, else `fallback`. Only a path: `redirect()` would take
+    a bare word for a URL name (and a name it cannot reverse is a 500)."""
     target = request.POST.get("next") or request.GET.get("next") or ""
-    if target and url_has_allowed_host_and_scheme(
+    if target.startswith("/") and url_has_allowed_host_and_scheme(
         target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     ):
         return target
@@ -313,6 +322,15 @@ def _download_name(session: Session, extension: str) -> str:
     return f"{stem}-{str(session.pk)[:8]}.{extension}"
 
 
+def _guarded(chunks: Iterator[Any]) -> Iterator[Any]:
+    """An export stream that ends (truncated, logged) rather than hangs if a stored row
+    defeats the exporter: the download stops instead of the browser waiting forever."""
+    try:
+        yield from chunks
+    except Exception:
+        logger.exception("export stream failed")
+
+
 def _attachment_response(response: StreamingHttpResponse, filename: str) -> StreamingHttpResponse:
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     response["Cache-Control"] = "no-store"
@@ -324,7 +342,8 @@ def _attachment_response(response: StreamingHttpResponse, filename: str) -> Stre
 def export_json(request: HttpRequest, session_id: object) -> StreamingHttpResponse:
     session = _own_session(request, session_id)
     response = StreamingHttpResponse(
-        export.session_json_chunks(session), content_type="application/json; charset=utf-8"
+        _guarded(export.session_json_chunks(session)),
+        content_type="application/json; charset=utf-8",
     )
     return _attachment_response(response, _download_name(session, "json"))
 
@@ -334,7 +353,8 @@ def export_json(request: HttpRequest, session_id: object) -> StreamingHttpRespon
 def export_markdown(request: HttpRequest, session_id: object) -> StreamingHttpResponse:
     session = _own_session(request, session_id)
     response = StreamingHttpResponse(
-        export.session_markdown_chunks(session), content_type="text/markdown; charset=utf-8"
+        _guarded(export.session_markdown_chunks(session)),
+        content_type="text/markdown; charset=utf-8",
     )
     return _attachment_response(response, _download_name(session, "md"))
 
@@ -344,7 +364,8 @@ def export_markdown(request: HttpRequest, session_id: object) -> StreamingHttpRe
 def export_all(request: HttpRequest) -> StreamingHttpResponse:
     sessions = Session.objects.filter(owner=request.user).order_by("created_at")
     response = StreamingHttpResponse(
-        export.archive_chunks(sessions.iterator(chunk_size=100)), content_type="application/zip"
+        _guarded(export.archive_chunks(sessions.iterator(chunk_size=100))),
+        content_type="application/zip",
     )
     return _attachment_response(response, "openworker-sessions.zip")
 
@@ -358,22 +379,40 @@ def session_import(request: HttpRequest) -> HttpResponse:
     error = None
     if upload is None:
         error = "Choose an exported JSON file."
-    elif upload.size is None or upload.size > MAX_IMPORT_BYTES:
-        error = f"Imports are limited to {MAX_IMPORT_BYTES // (1024 * 1024)} MB."
+    elif upload.size is None or upload.size > importing.MAX_IMPORT_BYTES:
+        error = f"Imports are limited to {importing.MAX_IMPORT_BYTES // (1024 * 1024)} MB."
     else:
         try:
-            title, model, canonical = export.parse_export(upload.read())
-        except export.ImportRejected as exc:
+            parsed = importing.parse_import(upload.read(importing.MAX_IMPORT_BYTES + 1))
+        except importing.ImportRejected as exc:
             error = str(exc)
     if error is not None:
         return render(request, "sessions/import.html", {"error": error}, status=400)
+    model, note = _import_model(request.user, parsed.model)
     session = services.session_import(
-        owner=request.user, title=title or "Imported session", model=model, messages=canonical
+        owner=request.user,
+        title=parsed.title or "Imported session",
+        model=model,
+        messages=parsed.messages,
+        attachments=parsed.attachments,
     )
-    messages.success(request, "Session imported.")
+    messages.success(request, "Session imported." + (f" {note}" if note else ""))
     return redirect("chat", session_id=session.pk)
 
 
+def _import_model(user: Any, model: str) -> tuple[str, str]:
+    """The exported model if the model policy lets this user run it, else their default
+    (the session still imports whole; the page says why the model changed)."""
+    if not model:
+        return selectors.user_default_model(user=user), ""
+    try:
+        return services.model_check(user=user, model=model), ""
+    except services.TurnRefused as exc:
+        fallback = selectors.user_default_model(user=user)
+        return fallback, f"It uses {fallback}: {exc}"
+
+
+@answers_json
 @login_required
 @require_POST
 def attachment_upload(request: HttpRequest, session_id: object) -> JsonResponse:

@@ -41,7 +41,11 @@ async def test_deactivating_closes_the_users_open_socket(admin_user, owner):
     ws = WebsocketCommunicator(
         application,
         f"/ws/sessions/{session.pk}/",
-        headers=[(b"origin", b"http://127.0.0.1:8000"), (b"cookie", cookie)],
+        headers=[
+            (b"origin", b"http://127.0.0.1:8000"),
+            (b"host", b"127.0.0.1:8000"),
+            (b"cookie", cookie),
+        ],
     )
     connected, _ = await ws.connect(timeout=5)
     assert connected

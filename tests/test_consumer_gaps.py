@@ -26,7 +26,11 @@ async def open_socket(user, session) -> WebsocketCommunicator:
     ws = WebsocketCommunicator(
         application,
         f"/ws/sessions/{session.pk}/",
-        headers=[(b"origin", b"http://127.0.0.1:8000"), (b"cookie", cookie.encode())],
+        headers=[
+            (b"origin", b"http://127.0.0.1:8000"),
+            (b"host", b"127.0.0.1:8000"),
+            (b"cookie", cookie.encode()),
+        ],
     )
     connected, _ = await ws.connect()
     assert connected

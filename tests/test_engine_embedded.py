@@ -35,7 +35,11 @@ async def open_socket(user, session, query: str = "") -> WebsocketCommunicator:
     ws = WebsocketCommunicator(
         application,
         path,
-        headers=[(b"origin", b"http://127.0.0.1:8000"), (b"cookie", cookie.encode())],
+        headers=[
+            (b"origin", b"http://127.0.0.1:8000"),
+            (b"host", b"127.0.0.1:8000"),
+            (b"cookie", cookie.encode()),
+        ],
     )
     connected, _ = await ws.connect(timeout=5)
     assert connected

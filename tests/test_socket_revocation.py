@@ -20,7 +20,11 @@ async def signed_in_socket(user, session) -> tuple[WebsocketCommunicator, Client
     ws = WebsocketCommunicator(
         application,
         f"/ws/sessions/{session.pk}/",
-        headers=[(b"origin", b"http://127.0.0.1:8000"), (b"cookie", cookie)],
+        headers=[
+            (b"origin", b"http://127.0.0.1:8000"),
+            (b"host", b"127.0.0.1:8000"),
+            (b"cookie", cookie),
+        ],
     )
     connected, _ = await ws.connect(timeout=5)
     assert connected
@@ -73,8 +77,12 @@ async def test_deactivation_closes_the_users_sockets(owner, teammate):
     await bystander.disconnect()
 
 
-async def test_oversized_frames_close_the_socket(owner):
+async def test_oversized_frames_get_an_error_and_the_socket_stays_open(owner):
     session = await Session.objects.acreate(owner=owner)
     ws, _ = await signed_in_socket(owner, session)
     await ws.send_to(text_data='{"type":"send","text":"' + "x" * 70_000 + '"}')
-    assert await ws.receive_output(timeout=5) == {"type": "websocket.close", "code": 4413}
+    error = await ws.receive_json_from(timeout=5)
+    assert error == {"type": "error", "error": "Frames are limited to 64 KiB."}
+    await ws.send_json_to({"type": "nope"})
+    assert (await ws.receive_json_from(timeout=5))["type"] == "error"
+    await ws.disconnect()

@@ -112,13 +112,14 @@ class StepCommitContract:
             "UPDATE",
         ], sql
 
-    def test_sending_a_message_is_two_reads_and_three_writes(self, owner):
+    def test_sending_a_message_is_three_reads_and_three_writes(self, owner):
         session = services.session_create(owner=owner)
         with CaptureQueriesContext(connection) as queries:
             turn = commands.turn_send(session=session, user=owner, text="hello")
         sql = [q["sql"].split()[0].upper() for q in queries.captured_queries]
         ignored = {"BEGIN", "COMMIT", "SAVEPOINT", "RELEASE"}
         assert [s for s in sql if s not in ignored] == [
+            "SELECT",  # the model policy: a curated model offered to the user's teams
             "SELECT",  # the user's limits
             "SELECT",  # the sessions of their active turns
             "INSERT",  # the turn

@@ -11,6 +11,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
+from openworker.runtime.turns import commands
 from providers.edge.models import ProviderProfile
 from sessions import export, selectors, services
 from sessions.models import Message, Session, Turn
@@ -18,6 +19,18 @@ from sessions.models import Message, Session, Turn
 # Ends in letters no uuid, hash or timestamp in an export can contain (a digit tail like
 # "0011" turned up by chance in a random session id).
 CANARY_KEY = "sk-canary-7f3e9a1b2c4d5e6fQzXw"
+
+
+def _png(owner):
+    """A real upload: attachments travel in the JSON export and come back on import."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from sessions.attachments import attachment_create
+    from tests.test_attachments import PNG
+
+    return attachment_create(
+        owner=owner, session=None, upload=SimpleUploadedFile("p.png", PNG, "image/png")
+    )
 
 
 @pytest.fixture
@@ -35,11 +48,7 @@ def session(owner):
         turn_id=turn.pk,
         content=[
             {"type": "text", "text": "What is in this?"},
-            {
-                "type": "image_url",
-                "image_url": {"url": "attachment:abc"},
-                "attachment": {"id": "abc", "name": "p.png", "mime": "image/png", "size": 3},
-            },
+            *commands.attachment_parts(user=owner, attachment_ids=[str(_png(owner).pk)]),
         ],
     )
     services.message_append(
@@ -159,15 +168,17 @@ def test_json_export_streams_in_constant_memory(owner):
 
 
 def test_import_round_trip_gives_the_same_canonical_messages(client, owner, session):
+    # The session's custom model runs on the owner's own key (the model policy).
+    ProviderProfile.objects.create(owner=owner, provider="anthropic")
     client.force_login(owner)
     exported = streamed(client.get(reverse("export_json", args=[session.pk])))
     upload = SimpleUploadedFile("trip.json", exported, content_type="application/json")
     response = client.post(reverse("session_import"), {"file": upload})
     imported = Session.objects.exclude(pk=session.pk).get(owner=owner)
     assert response["Location"] == reverse("chat", args=[imported.pk])
-    assert selectors.session_history(session_id=imported.pk) == selectors.session_history(
-        session_id=session.pk
-    )
+    before = selectors.session_history(session_id=session.pk)
+    after = selectors.session_history(session_id=imported.pk)
+    assert after == before  # the same upload: the owner's attachment is reused
     assert imported.title == "Trip" and imported.model == session.model
     # The new session continues where the transcript ends.
     message = services.message_append(session_id=imported.pk, role="user", content="more")
@@ -183,7 +194,7 @@ def test_import_round_trip_gives_the_same_canonical_messages(client, owner, sess
         (
             b'{"format": "openworker.session", "version": 1, "session": {}, '
             b'"messages": [{"role": "hacker", "content": "x"}]}',
-            "unknown role",
+            "messages[0].role must be one of",
         ),
     ],
 )

@@ -131,6 +131,8 @@ def test_connection_test_never_echoes_an_unexpected_exception():
 
 
 def test_default_model_is_saved_for_new_sessions(client, owner):
+    # A custom id runs on the user's own key (the default model policy).
+    ProviderProfile.objects.create(owner=owner, provider="ollama", base_url="http://10.0.0.5")
     client.force_login(owner)
     client.post(
         reverse("provider_default_model"), {"model": "__custom__", "custom_model": "ollama:qwen3"}

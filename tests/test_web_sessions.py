@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from providers.edge.models import ProviderProfile
 from sessions import selectors, services
 from sessions.models import CompactionCheckpoint, Message, Session, Turn, UserPreferences
 
@@ -148,6 +149,8 @@ def test_delete_is_refused_while_a_turn_runs(client, owner, session):
 
 
 def test_new_session_uses_the_picked_or_custom_model(client, owner):
+    # A custom id runs on the user's own key (the default model policy): they have one.
+    ProviderProfile.objects.create(owner=owner, provider="ollama", base_url="http://10.0.0.5")
     client.force_login(owner)
     client.post(reverse("session_new"), {"model": "__custom__", "custom_model": "ollama:qwen3:8b"})
     assert Session.objects.get(owner=owner).model == "ollama:qwen3:8b"
@@ -300,6 +303,8 @@ def test_context_meter_shows_tokens_against_a_known_window(client, owner, sessio
 
 
 def test_switching_model_says_what_is_degraded(client, owner, session):
+    # A custom id runs on the user's own key (the default model policy).
+    ProviderProfile.objects.create(owner=owner, provider="ollama", base_url="http://10.0.0.5")
     add(
         session,
         content=[
@@ -346,6 +351,8 @@ def test_an_interrupted_turns_partial_text_is_shown_escaped_with_retry(client, o
 
 
 def test_switching_to_a_model_without_reasoning_says_so(client, owner, session):
+    # A custom id runs on the user's own key (the default model policy).
+    ProviderProfile.objects.create(owner=owner, provider="ollama", base_url="http://10.0.0.5")
     add(session, content="think hard")
     add(session, role="assistant", content="done", reasoning="step one, step two")
     client.force_login(owner)

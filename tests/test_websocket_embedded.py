@@ -17,6 +17,8 @@ from sessions.tasks import publish_session_event
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ORIGIN = (b"origin", b"http://127.0.0.1:8000")
+# What a browser sends with it: the socket's own host and port (the origin check's rule).
+HOST = (b"host", b"127.0.0.1:8000")
 
 
 def cookie_for(user) -> bytes:  # type: ignore[no-untyped-def]
@@ -28,7 +30,7 @@ def cookie_for(user) -> bytes:  # type: ignore[no-untyped-def]
 async def connect(
     path: str, *headers: tuple[bytes, bytes]
 ) -> tuple[WebsocketCommunicator, bool, int | None]:
-    communicator = WebsocketCommunicator(application, path, headers=list(headers))
+    communicator = WebsocketCommunicator(application, path, headers=[HOST, *headers])
     connected, code = await communicator.connect(timeout=5)
     return communicator, connected, code
 

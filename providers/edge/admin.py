@@ -13,7 +13,7 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
-from providers.edge.models import MatrixModel, ProviderProfile
+from providers.edge.models import MatrixModel, ProviderProfile, TeamModelPolicy
 from providers.registry import provider_names
 
 
@@ -161,3 +161,12 @@ class MatrixModelAdmin(admin.ModelAdmin):
             {"fields": ("price_input", "price_output", "price_cache_read", "price_cache_write")},
         ),
     )
+
+
+@admin.register(TeamModelPolicy)
+class TeamModelPolicyAdmin(admin.ModelAdmin):
+    """Per team: custom model ids allowed or not, and on whose key (providers.model_policy)."""
+
+    list_display = ("team", "custom_models", "updated_at")
+    list_select_related = ("team",)
+    fields = ("team", "custom_models")

@@ -114,3 +114,38 @@ class MatrixModel(models.Model):
 
     def __str__(self) -> str:
         return self.label or self.model_id
+
+
+class TeamModelPolicy(models.Model):
+    """What a team (an auth group) may run beyond the curated models it is offered.
+
+    Read only through `providers.edge.model_policy`: a member gets the most permissive
+    policy among their teams, and a user in no team with a policy gets the site default
+    (settings.CUSTOM_MODELS_DEFAULT).
+    """
+
+    class Custom(models.TextChoices):
+        OFF = "off", "Not allowed: only the curated models offered to the team"
+        OWN_KEY = "own_key", "Allowed on the member's own provider key only"
+        ANY_KEY = "any_key", "Allowed, also on the organisation's keys"
+
+    team = models.OneToOneField("auth.Group", on_delete=models.CASCADE, related_name="model_policy")
+    custom_models = models.CharField(
+        "custom model ids",
+        max_length=10,
+        choices=Custom.choices,
+        default=Custom.OWN_KEY,
+        help_text=(
+            "Whether members may type a model id the matrix does not offer them, and "
+            "whose key runs it. The organisation's keys run only curated models the team "
+            "may pick unless this says otherwise."
+        ),
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "team model policy"
+        verbose_name_plural = "team model policies"
+
+    def __str__(self) -> str:
+        return f"{self.team}: {self.get_custom_models_display()}"

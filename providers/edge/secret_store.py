@@ -23,9 +23,13 @@ class UserSecretStore:
     stream thread never opens a database connection of its own.
     """
 
-    def __init__(self, user_id: int | None) -> None:
+    def __init__(self, user_id: int | None, *, org_keys: bool = True) -> None:
+        """`org_keys=False`: the user's own profiles only (providers.model_policy: a model
+        the organisation's keys may not serve)."""
         self.user_id = user_id
         rows = ProviderProfile.objects.filter(owner__isnull=True)
+        if not org_keys:
+            rows = ProviderProfile.objects.none()
         if user_id is not None:
             rows = ProviderProfile.objects.filter(owner_id=user_id) | rows
         own: dict[str, dict[str, Any]] = {}

@@ -21,6 +21,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from openworker.runtime.agent.llm import router_for_user
 from providers.capabilities import split_model
 from providers.edge.forms import ConnectionTestForm, ProviderProfileForm
+from providers.edge.model_policy import model_decide
 from providers.edge.models import ProviderProfile
 from providers.errors import ProviderError
 from providers.registry import ProviderDescriptor, get_descriptor, provider_names
@@ -125,8 +126,13 @@ def profile_test(request: HttpRequest, provider: str) -> HttpResponse:
     model = form.cleaned_data["model"].strip()
     if split_model(model, default_provider=_default_provider())[0] != provider:
         model = f"{provider}:{model}"
-    error = connection_test(user_id=request.user.pk, model=model)
     label = descriptor.label or provider
+    # A test call is a model call: the same model policy as a turn.
+    decision = model_decide(user=request.user, model=model)
+    if not decision.allowed:
+        messages.error(request, f"{label}: {decision.reason}")
+        return redirect("provider_settings")
+    error = connection_test(user_id=request.user.pk, model=model, org_keys=decision.org_keys)
     if error is None:
         messages.success(request, f"{label}: the connection works ({model} answered).")
     else:
@@ -134,11 +140,14 @@ def profile_test(request: HttpRequest, provider: str) -> HttpResponse:
     return redirect("provider_settings")
 
 
-def connection_test(*, user_id: int, model: str, router: Any = None) -> str | None:
+def connection_test(
+    *, user_id: int, model: str, router: Any = None, org_keys: bool = True
+) -> str | None:
     """None when `model` answers a tiny request through the user's router, else the
-    friendly reason (never the upstream body: it may echo the request)."""
+    friendly reason (never the upstream body: it may echo the request). `org_keys`: the
+    model policy's word on whether the organisation's keys may serve `model`."""
     if router is None:
-        router = router_for_user(user_id)
+        router = router_for_user(user_id, org_keys=org_keys)
     try:
         router.complete(
             model=model,
@@ -176,7 +185,11 @@ def default_model(request: HttpRequest) -> HttpResponse:
     if len(model) > 200:
         messages.error(request, "That model name is too long.")
     else:
-        services.user_set_default_model(user=request.user, model=model)
+        try:
+            model = services.user_set_default_model(user=request.user, model=model)
+        except services.TurnRefused as exc:
+            messages.error(request, str(exc))
+            return redirect("provider_settings")
         messages.success(
             request, f"New sessions start with {model}." if model else "Default model reset."
         )

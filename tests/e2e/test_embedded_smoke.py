@@ -159,3 +159,12 @@ def test_make_run_from_a_clean_checkout_signs_in_and_streams_a_reply(tmp_path, n
         assert page.inner_text("#transcript").count("tok29") == 1
         shot(page, "reply complete")
         assert fake.requests[-1].headers.get("x-api-key") == API_KEY
+
+        # DEBUG is off in `make run`: a missing page is the styled 404 (no URL list, no
+        # traceback) and the stylesheet is still served (whitenoise, no collectstatic).
+        missing = httpx.get(f"{base}/no-such-page/", timeout=5)
+        assert missing.status_code == 404
+        assert "There is nothing here" in missing.text
+        assert "URLconf" not in missing.text and "Traceback" not in missing.text
+        css = httpx.get(f"{base}/static/css/app.css", timeout=5)
+        assert css.status_code == 200 and "--fg" in css.text

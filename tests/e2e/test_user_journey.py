@@ -29,6 +29,7 @@ from tests.e2e.pages import (
     wait_streamed,
 )
 from tests.fakes import Reply, drip, pause, text, tool_call, usage
+from tests.support.chat import point_provider_at
 
 pytestmark = [pytest.mark.distributed, pytest.mark.django_db(transaction=True)]
 
@@ -149,9 +150,11 @@ def test_an_approved_fetch_url_call_shows_its_card_and_the_answer(
     shot(page, "tool card, result and answer")
 
 
-def test_an_image_for_a_model_that_cannot_see_shows_a_warning(alice_chat, shot):
+def test_an_image_for_a_model_that_cannot_see_shows_a_warning(alice_chat, alice, shot):
     page = alice_chat
-    # A model outside the curated matrix: its capabilities are unknown (no vision).
+    # A model outside the curated matrix: its capabilities are unknown (no vision). The
+    # model policy runs it on Alice's own key only: she has Ollama settings.
+    point_provider_at(alice, "ollama", "http://127.0.0.1:11434")
     page.select_option("#chat-model", "__custom__")
     page.fill("#chat-custom", "ollama:llama-e2e")
     assert page.locator("[data-picker-custom] .warning").is_visible()

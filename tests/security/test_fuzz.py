@@ -95,7 +95,11 @@ async def test_generated_websocket_messages_never_crash_the_consumer(
     ws = WebsocketCommunicator(
         application,
         f"/ws/sessions/{session.pk}/",
-        headers=[(b"origin", b"http://127.0.0.1:8000"), (b"cookie", cookie)],
+        headers=[
+            (b"origin", b"http://127.0.0.1:8000"),
+            (b"host", b"127.0.0.1:8000"),
+            (b"cookie", cookie),
+        ],
     )
     connected, _ = await ws.connect(timeout=5)
     assert connected

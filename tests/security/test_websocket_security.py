@@ -23,7 +23,8 @@ REVOCATION_DEADLINE_SECONDS = 60
 
 
 async def handshake(path: str, *headers: tuple[bytes, bytes]) -> tuple[Any, bool, Any]:
-    ws = WebsocketCommunicator(application, path, headers=list(headers))
+    # A browser's handshake names the socket's host and port (the origin check's rule).
+    ws = WebsocketCommunicator(application, path, headers=[(b"host", b"127.0.0.1:8000"), *headers])
     connected, code = await ws.connect(timeout=5)
     return ws, connected, code
 
@@ -122,7 +123,9 @@ def _state(turn_id: Any) -> dict[str, Any]:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("kind", ["text", "bytes"])
-async def test_frames_over_64_kib_close_the_socket(owner: Any, kind: str) -> None:
+async def test_frames_over_64_kib_are_refused_and_the_socket_stays_open(
+    owner: Any, kind: str
+) -> None:
     session = await Session.objects.acreate(owner=owner)
     ws, connected, _ = await handshake(
         f"/ws/sessions/{session.pk}/", (b"origin", ORIGIN), await cookie(owner)
@@ -134,9 +137,14 @@ async def test_frames_over_64_kib_close_the_socket(owner: Any, kind: str) -> Non
         await ws.send_to(text_data=payload)
     else:
         await ws.send_to(bytes_data=payload.encode())
-    assert await ws.receive_output(timeout=5) == {"type": "websocket.close", "code": 4413}
+    error = await ws.receive_json_from(timeout=5)
+    assert error["type"] == "error"
+    assert ("64 KiB" if kind == "text" else "not binary") in error["error"]
     assert not await Turn.objects.filter(session=session).aexists()
-    record("ws.oversized_frames", 1, "frames over 64 KiB closed the socket")
+    await ws.send_json_to({"type": "nope"})
+    assert (await ws.receive_json_from(timeout=5))["type"] == "error"  # still answering
+    await ws.disconnect()
+    record("ws.oversized_frames", 1, "frames over 64 KiB refused with an error; socket kept")
 
 
 # --- revocation through a real Daphne (distributed) ----------------------------------

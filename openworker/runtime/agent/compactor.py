@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,8 +76,12 @@ async def maybe_compact(
     model: str,
     context_window: int | None,
     cancel: Any = None,
+    may_use: Callable[[str], Awaitable[bool]] | None = None,
 ) -> tuple[compaction.CompactionState | None, CompactionOutcome | None]:
-    """The state to apply to this request, and the new checkpoint if one was made now."""
+    """The state to apply to this request, and the new checkpoint if one was made now.
+
+    `may_use(model)`: the model policy's word on the admin's summary model for this turn
+    (refused, the summary is asked of the turn's own model)."""
     cfg = await db(CompactionSettings.load)()
     state, reported = await db(load_state)(session_id)
     if state is not None and state.boundary_index >= len(history):
@@ -103,10 +108,13 @@ async def maybe_compact(
         return state, None
     span = compaction.span_to_summarize(history, boundary=boundary, prior=state)
     request = compaction.summarizer_messages(span, prior_summary=state.summary if state else "")
+    summary_model = cfg.summary_model or model
+    if summary_model != model and may_use is not None and not await may_use(summary_model):
+        summary_model = model
     try:
         summary = await asyncio.to_thread(
             provider.complete,
-            model=cfg.summary_model or model,
+            model=summary_model,
             messages=request,
             max_tokens=compaction.SUMMARY_MAX_TOKENS,
             cancel=cancel,

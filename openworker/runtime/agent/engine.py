@@ -35,6 +35,7 @@ from openworker.runtime.agent.compactor import maybe_compact
 from openworker.runtime.agent.degradation import degradation_note
 from openworker.runtime.agent.llm import router_for_user
 from openworker.runtime.agent.tools.base import ToolContext, ToolResult
+from openworker.runtime.agent.tools.fetch_url import tool_outbound_policy
 from openworker.runtime.agent.tools.mcp import session_registry
 from openworker.runtime.agent.tools.registry import ToolRegistry
 from openworker.runtime.live import events
@@ -47,8 +48,12 @@ from openworker.runtime.store.local_cancel import register_local, unregister_loc
 from openworker.runtime.store.priority_pool import call_priority, next_arrival
 from providers.base import ProviderClient
 from providers.cancel import CancelToken
+from providers.edge.model_policy import (
+    ModelRefused,
+    model_decide_for_user_id,
+    model_require_for_user_id,
+)
 from providers.errors import ProviderError, RequestCancelled, StreamError
-from providers.outbound import OutboundPolicy
 from providers.types import AssistantTurn, StreamChunk, TokenUsage, ToolCall
 from sessions import selectors, services
 from sessions.models import Message, ToolPolicy, Turn
@@ -102,12 +107,16 @@ async def run_turn(
     if turn is None:
         logger.info("turn %s not claimable (already running or finished)", turn_id)
         return
+    # The model policy is checked against keys only when the router resolves them: an
+    # injected provider (tests, benchmarks) brings its own credentials.
+    injected = provider_factory is not None
     if provider_factory is None:
         provider_factory = router_for_user
     if tools is None:
         # The built-in tools plus the MCP servers' tools this session uses.
         tools = await _db(session_registry)(session_id=turn.session_id)
     run = _TurnRun(turn, me, provider_factory, tools)
+    run.check_own_key = not injected
     await run.run()
 
 
@@ -133,6 +142,11 @@ class _TurnRun:
         self.totals = turn_state.StepTotals(
             usage=dict(turn.usage or {}) or None, steps=turn.steps, cost=turn.cost
         )
+        self.check_own_key = True
+        # Whether this turn's router may use the organisation's keys (the model policy).
+        self.org_keys = True
+        # Set when TURN_TIME_LIMIT_SECONDS ran out: the cancel that follows is a failure.
+        self.timed_out = False
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -167,10 +181,23 @@ class _TurnRun:
             await self.emitter.emit(
                 "turn.status", status=Turn.Status.RUNNING, model=self.turn.model
             )
+            # The one model policy, before any model call of the turn (a send, a retry,
+            # an imported session's model): refused, the turn fails saying why.
+            try:
+                decision = await _db(model_require_for_user_id)(
+                    user_id=self.session.owner_id,
+                    model=self.turn.model,
+                    check_own_key=self.check_own_key,
+                )
+            except ModelRefused as exc:
+                status = Turn.Status.FAILED
+                await self._finish(status, "model_refused", str(exc))
+                return
+            self.org_keys = decision.org_keys
             # One router for the turn and its title (building one reads and decrypts the
             # owner's profiles and opens a connection).
-            provider = await _db(self.provider_factory)(self.session.owner_id)
-            status, kind, error = await self._loop(provider)
+            provider = await _db(self._build_provider)()
+            status, kind, error = await self._loop_within_time_limit(provider)
             await self._finish(status, kind, error)
             if status == Turn.Status.COMPLETED and not self.session.title:
                 await self._title(provider)
@@ -201,6 +228,47 @@ class _TurnRun:
                 except Exception:
                     logger.warning("replay buffer finish failed", exc_info=True)
 
+    async def _loop_within_time_limit(self, provider: ProviderClient) -> tuple[str, str, str]:
+        """The agent loop under the turn's wall-clock limit, enforced here (Celery's threads
+        pool enforces no task time limit): when it runs out, the CancelToken closes the
+        upstream request as Stop does, what was streamed is kept, and the turn fails."""
+        limit = settings.TURN_TIME_LIMIT_SECONDS
+        timer = asyncio.get_running_loop().call_later(limit, self._time_up)
+        try:
+            status, kind, error = await self._loop(provider)
+        finally:
+            timer.cancel()
+        if self.timed_out and status == Turn.Status.CANCELLED:
+            amount, unit = (limit // 60, "minute") if limit % 60 == 0 else (limit, "second")
+            took = f"{amount} {unit}{'s' if amount != 1 else ''}"
+            return (
+                Turn.Status.FAILED,
+                "time_limit",
+                f"This reply ran longer than the {took} a reply may take and was stopped; "
+                "what it wrote so far is kept. Send a message to continue.",
+            )
+        return status, kind, error
+
+    def _time_up(self) -> None:
+        logger.info("turn %s reached its time limit", self.turn_id)
+        self.timed_out = True
+        self.cancel.cancel()
+
+    def _build_provider(self) -> ProviderClient:
+        if self.provider_factory is router_for_user and not self.org_keys:
+            return router_for_user(self.session.owner_id, org_keys=False)
+        return self.provider_factory(self.session.owner_id)
+
+    async def _may_also_use(self, model: str) -> bool:
+        """Whether a side call (title, compaction summary) may use `model` on this turn's
+        router: the policy allows it, and never on keys the turn's own model may not use."""
+        if model == self.turn.model:
+            return True
+        decision = await _db(model_decide_for_user_id)(
+            user_id=self.session.owner_id, model=model, check_own_key=self.check_own_key
+        )
+        return decision.allowed and (decision.org_keys or not self.org_keys)
+
     async def _title(self, provider: ProviderClient) -> None:
         """Name a new session after its first exchange (a short model call, or the first
         words when titling by model is off or fails) and tell the open pages. The model
@@ -210,7 +278,7 @@ class _TurnRun:
         if request is None:
             return
         title = ""
-        if settings.AUTO_TITLE:
+        if settings.AUTO_TITLE and await self._may_also_use(request.model):
             title = await titles.atitle_from_model(request, provider)
         title = await _db(services.session_title_save)(
             session_id=self.session.pk, title=title or request.fallback
@@ -298,6 +366,7 @@ class _TurnRun:
             model=model,
             context_window=caps.context_window,
             cancel=self.cancel,
+            may_use=self._may_also_use,
         )
         if outcome is not None:
             await self.emitter.emit(
@@ -485,7 +554,7 @@ class _TurnRun:
         ctx = ToolContext(
             session_id=str(self.session.pk),
             workspace_root=selectors.workspace_root(self.session.pk),
-            outbound_policy=OutboundPolicy.from_env(embedded=not settings.DISTRIBUTED),
+            outbound_policy=tool_outbound_policy(),
             user_id=self.session.owner_id,
             turn_id=self.turn_id,
             call_id=call["id"],

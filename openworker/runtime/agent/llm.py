@@ -21,9 +21,10 @@ def new_transport() -> Transport:
     )
 
 
-def router_for_user(user_id: int) -> ProviderRouter:
+def router_for_user(user_id: int, *, org_keys: bool = True) -> ProviderRouter:
+    """`org_keys=False` when the model policy lets only the user's own key serve the turn."""
     return ProviderRouter(
-        UserSecretStore(user_id),
+        UserSecretStore(user_id, org_keys=org_keys),
         # A snapshot taken here, in sync code: the engine asks for capabilities from its
         # event loop, where the ORM may not run. One router per turn, so an edit applies
         # to the next turn.

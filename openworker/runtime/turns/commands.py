@@ -23,7 +23,7 @@ from openworker.runtime.store import local_cancel, turn_state
 from openworker.runtime.turns import runner, watchdog
 from sessions import selectors
 from sessions.models import Attachment, Message, Session, Turn, UserLimits
-from sessions.services import TurnRefused, message_insert
+from sessions.services import TurnRefused, message_insert, model_check
 
 __all__ = [
     "TurnRefused",
@@ -168,6 +168,8 @@ def turn_send(
         raise TurnRefused("Unknown session.")
     if len(text) > settings.MAX_MESSAGE_CHARS:
         raise TurnRefused(f"Messages are limited to {settings.MAX_MESSAGE_CHARS} characters.")
+    # The one model policy (providers.edge.model_policy), before anything is written.
+    model = model_check(user=user, model=model or session.model or settings.DEFAULT_MODEL)
     parts = attachment_parts(user=user, attachment_ids=attachment_ids) if attachment_ids else []
     turn, message = _turn_start(session=session, text=text, attachments=parts, model=model)
     payload = selectors.message_payload(message)

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 from bs4 import BeautifulSoup
 
 from providers.errors import OutboundBlockedError, ProviderError
-from providers.outbound import GuardedTransport
+from providers.outbound import GuardedTransport, OutboundPolicy
 
 from .base import Policy, Tool, ToolContext, ToolError, ToolResult
 
@@ -49,6 +50,15 @@ ACCEPT = "text/html, text/markdown, text/plain, application/json, application/xm
 
 _SPACES = re.compile(r"[ \t\f\v\u00a0]+")
 _BLANK_RUNS = re.compile(r"\n{3,}")
+
+
+def tool_outbound_policy(*, environ: Mapping[str, str] | None = None) -> OutboundPolicy:
+    """Where tools may connect, the same in both run modes: no loopback, private,
+    link-local or metadata address unless the admin's `OPENWORKER_OUTBOUND_ALLOWLIST`
+    names it. Provider base URLs keep their own rule (embedded mode admits loopback so a
+    local Ollama works); a tool must not read the server's own loopback services for
+    whoever asks the model to."""
+    return OutboundPolicy.from_env(embedded=False, environ=environ)
 
 
 def is_text_type(media_type: str) -> bool:
