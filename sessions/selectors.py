@@ -349,6 +349,26 @@ def usable_model(*, user: AbstractBaseUser) -> str | None:
     return None
 
 
+def new_session_model(*, user: AbstractBaseUser) -> str:
+    """What a new session starts on: a model the user can run now (`usable_model`); with
+    no key anywhere, the model they chose as their default, else the site default when
+    it is one of the curated models they may pick, else the first of those. A curated
+    model is one the policy lets them start a session with, so a first run lands in the
+    composer, which then says where the key goes."""
+    usable = usable_model(user=user)
+    if usable:
+        return usable
+    chosen = (
+        UserPreferences.objects.filter(user=user).values_list("default_model", flat=True).first()
+    )
+    if chosen:
+        return chosen
+    curated = [entry.id for entry in model_choices(user=user)]
+    if not curated or settings.DEFAULT_MODEL in curated:
+        return settings.DEFAULT_MODEL
+    return curated[0]
+
+
 def workspace_files(*, session: Session, limit: int = 500) -> list[dict[str, Any]]:
     """Files the agent wrote in this session's workspace: relative path and size, sorted."""
     root = workspace_root(session.pk)

@@ -58,9 +58,7 @@ def home(request: HttpRequest) -> HttpResponse:
     archived = request.GET.get("archived") == "1"
     sessions = selectors.session_list_page(user=request.user, query=query, archived=archived)
     page = Paginator(sessions, SESSIONS_PER_PAGE).get_page(request.GET.get("page"))
-    default_model = selectors.usable_model(user=request.user) or selectors.user_default_model(
-        user=request.user
-    )
+    default_model = selectors.new_session_model(user=request.user)
     return render(
         request,
         "sessions/home.html",
@@ -81,11 +79,7 @@ def _clean_query(query: str) -> str:
 @login_required
 @require_POST
 def session_new(request: HttpRequest) -> HttpResponse:
-    model = (
-        presenters.chosen_model(request.POST)
-        or selectors.usable_model(user=request.user)
-        or selectors.user_default_model(user=request.user)
-    )
+    model = presenters.chosen_model(request.POST) or selectors.new_session_model(user=request.user)
     try:
         model = services.model_check(user=request.user, model=model)
     except services.TurnRefused as exc:

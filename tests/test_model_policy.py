@@ -4,6 +4,8 @@ which keys the engine's router may use."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import Group
@@ -258,3 +260,20 @@ def _matrix_and_org_key(base_url: str) -> None:
     hidden = MatrixModel.objects.create(model_id=HIDDEN, label="Hidden", provider="anthropic")
     hidden.groups.add(others)
     org_key(base_url)
+
+
+def test_a_first_run_with_no_key_and_an_uncurated_site_default_starts_on_a_curated_model(
+    client, owner, settings
+):
+    """No key anywhere and a site default the team may not pick (the admin removed it):
+    the new session starts on the first curated model, so the user lands in the composer
+    (which says where the key goes) instead of a refusal."""
+    MatrixModel.objects.all().delete()
+    MatrixModel.objects.create(model_id=OFFERED, label="Offered", provider="anthropic")
+    settings.DEFAULT_MODEL = "openai:not-curated-here"
+    client.force_login(owner)
+    home = client.get(reverse("home")).content.decode()
+    assert re.search(rf'<option value="{OFFERED}"[^>]* selected>', home)
+    response = client.post(reverse("session_new"))
+    assert response.status_code == 302 and "/sessions/" in response["Location"]
+    assert Session.objects.get(owner=owner).model == OFFERED
