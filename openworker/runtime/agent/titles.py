@@ -11,10 +11,14 @@ from typing import Any
 
 from django.conf import settings
 
+from sessions.content import text_parts
 from sessions.models import Message, Session
 from sessions.services import TITLE_MAX_CHARS
 
 logger = logging.getLogger(__name__)
+
+# The exchange a title is asked for: the first user message and the first reply.
+ROLES = ("user", "assistant")
 
 # The fallback title: the first words of the user's first message.
 TITLE_FALLBACK_WORDS = 8
@@ -35,18 +39,6 @@ TITLE_PROMPT = (
     "Write a short title (at most 8 words) for the conversation below. "
     "Reply with the title only: no quotes, no punctuation at the end."
 )
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(
-            str(part.get("text", ""))
-            for part in content
-            if isinstance(part, dict) and part.get("type") == "text"
-        )
-    return ""
 
 
 def title_fallback(text: str) -> str:
@@ -84,8 +76,10 @@ def title_request_for(session: Session, messages: list[Message]) -> TitleRequest
     the engine has them in memory when a turn completes."""
     if session.title:
         return None
-    user_text = next((_text_of(m.content) for m in messages if m.role == "user"), "").strip()
-    reply_text = next((_text_of(m.content) for m in messages if m.role == "assistant"), "").strip()
+    first = {role: next((m for m in messages if m.role == role), None) for role in ROLES}
+    user_text, reply_text = (
+        text_parts(m.content).strip() if m is not None else "" for m in first.values()
+    )
     if not user_text and not reply_text:
         return None
     exchange = f"User: {user_text}\n\nAssistant: {reply_text}"[:TITLE_EXCHANGE_CHARS]
