@@ -28,6 +28,7 @@ EXPECTED_TOOLS = {
     "get.page/v2",
     "grow",
     "picture",
+    "pid",
     "slow",
     "whoami",
 }
