@@ -128,7 +128,15 @@ def http_server(transport: str = "streamable_http", port: int = 0) -> Iterator[d
     app = _SessionCounter(app, sessions)
     port = port or free_port()
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="on",
+            # Open streams (a pooled client keeps one) must not hold a stop for long.
+            timeout_graceful_shutdown=1,
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

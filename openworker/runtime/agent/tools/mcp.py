@@ -20,8 +20,10 @@ import asyncio
 import base64
 import concurrent.futures
 import hashlib
+import hmac
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +62,7 @@ LOST_MESSAGE = (
 )
 # Whose credentials a session carries when the server has one secret for everyone.
 SERVER_CREDENTIALS = "server"
+_FINGERPRINT_KEY = os.urandom(32)
 
 
 def server_spec(server: McpServer) -> mcp_client.ServerSpec:
@@ -76,13 +79,21 @@ def server_spec(server: McpServer) -> mcp_client.ServerSpec:
 
 
 def spec_fingerprint(spec: mcp_client.ServerSpec) -> str:
-    """What a pooled session was opened with: any edit of the server (URL, command,
-    arguments, headers, secret) gives another fingerprint, so the old session is not
-    reused. A digest, so the pool never holds the secret in a comparable form."""
+    """What a pooled session to the server was opened with: any edit of the server (URL,
+    command, arguments, headers, secret) gives another fingerprint, so the old session is
+    not reused. Keyed with a secret of this process's own, so the digest of a bearer token
+    is worth nothing outside it."""
     material = json.dumps(
         [spec.transport, spec.url, spec.command, list(spec.args), sorted(spec.headers.items())]
     )
-    return hashlib.sha256(material.encode()).hexdigest()
+    return hmac.new(_FINGERPRINT_KEY, material.encode(), hashlib.sha256).hexdigest()
+
+
+def pool_fingerprint(spec: mcp_client.ServerSpec, credentials: str = "") -> str:
+    """`<server>.<credentials>`: the server's part is what the sweep checks against the
+    database (`_pooled_current`); the second is for credentials of a caller's own (a
+    user's token), whose change must open a new session too."""
+    return f"{spec_fingerprint(spec)}.{credentials}"
 
 
 def credentials_identity(server: McpServer, ctx: ToolContext) -> str:
@@ -98,7 +109,11 @@ def _pooled_current(pooled: dict[mcp_pool.PoolKey, str]) -> set[mcp_pool.PoolKey
         str(server.pk): spec_fingerprint(server_spec(server))
         for server in McpServer.objects.filter(pk__in=ids, enabled=True)
     }
-    return {key for key, fingerprint in pooled.items() if current.get(key.server) == fingerprint}
+    return {
+        key
+        for key, fingerprint in pooled.items()
+        if current.get(key.server) == fingerprint.partition(".")[0]
+    }
 
 
 def _set_validator(pool: mcp_pool.McpPool) -> None:
@@ -220,7 +235,7 @@ class McpTool(Tool):
 
         pooled = await mcp_pool.pool().call_tool(
             mcp_pool.PoolKey(str(server.pk), credentials_identity(server, ctx)),
-            spec_fingerprint(spec),
+            pool_fingerprint(spec),
             opener,
             self.remote_name,
             args,

@@ -274,6 +274,10 @@ async def call_tool(
                 )
         return CallOutcome(end)
     finally:
+        # The caller itself cancelled (a shutdown): the request must not outlive it on a
+        # session that stays open.
+        if not call.done():
+            call.cancel()
         stop.cancel()
         if ended is not None:
             ended.cancel()
