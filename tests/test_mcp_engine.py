@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import signal
 import sys
 
 import pytest
@@ -19,6 +21,7 @@ from django.test.utils import CaptureQueriesContext
 from openworker.runtime.agent.degradation import IMAGE_PLACEHOLDER
 from openworker.runtime.agent.tools import mcp_pool
 from openworker.runtime.agent.tools.mcp import discover_and_store, session_registry
+from openworker.runtime.turns.runner import embedded_runner
 from sessions.mcp.models import McpCall, McpServer, McpToolPolicy, SessionMcpServer
 from sessions.models import Message, Session, Turn
 from tests.fakes import AnthropicMessagesFake, OpenAIChatFake, Reply, text, tool_call
@@ -457,3 +460,48 @@ async def test_a_disabled_or_edited_servers_pooled_session_closes_on_the_next_sw
     await McpServer.objects.filter(pk=server.pk).aupdate(enabled=False)
     await pool.sweep()
     assert len(pool) == 0
+
+
+async def test_the_embedded_runners_shutdown_closes_the_loops_pooled_sessions(
+    owner, fake, mcp_http
+):
+    server = await sync_to_async(register)(owner, mcp_http["url"], default_policy="allow")
+    fake.push(Reply(tool_call("docs__echo", {"text": "1"})), Reply(text("one")))
+    await ask(owner, await session_using(owner, fake, server))
+    closed = mcp_http["sessions"]["closed"]  # discovery's own
+    assert len(mcp_pool.pool()) == 1
+    await embedded_runner.shutdown()  # what Daphne's shutdown trigger runs
+    assert mcp_http["sessions"]["closed"] == closed + 1  # the pooled session's DELETE
+
+
+async def test_a_call_whose_server_died_under_it_is_reported_and_not_sent_again(
+    owner, fake, tmp_path
+):
+    events = tmp_path / "events.log"
+    server = await sync_to_async(register)(
+        owner,
+        name="local",
+        transport="stdio",
+        command=sys.executable,
+        args=[str(STDIO_SCRIPT), str(events)],
+        default_policy="allow",
+    )
+    fake.push(Reply(tool_call("local__slow", {"seconds": 30})), Reply(text("It broke.")))
+    session = await session_using(owner, fake, server)
+    ws = await open_socket(owner, session)
+    await ws.send_json_to({"type": "send", "text": "go"})
+    for _ in range(200):
+        if events.exists() and "slow:started" in events.read_text():
+            break
+        await asyncio.sleep(0.05)
+    # The last process started (discovery's came first, and has exited).
+    pids = [line for line in events.read_text().splitlines() if line.startswith("pid:")]
+    pid = int(pids[-1].removeprefix("pid:"))
+    os.kill(pid, signal.SIGKILL)
+    finished = await read_until_status(ws, {"completed", "failed"})
+    await ws.disconnect()
+    assert finished[-1]["status"] == "completed"
+    block = tool_result(fake)
+    assert block["is_error"] is True and "was not sent again" in result_text(block)
+    assert (await McpCall.objects.aget()).outcome == "interrupted"
+    assert events.read_text().count("slow:started") == 1
