@@ -27,6 +27,7 @@ EXPECTED_TOOLS = {
     "fail",
     "get.page/v2",
     "grow",
+    "grow_soon",
     "picture",
     "pid",
     "slow",

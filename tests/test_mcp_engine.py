@@ -505,3 +505,19 @@ async def test_a_call_whose_server_died_under_it_is_reported_and_not_sent_again(
     assert block["is_error"] is True and "was not sent again" in result_text(block)
     assert (await McpCall.objects.aget()).outcome == "interrupted"
     assert events.read_text().count("slow:started") == 1
+
+
+async def test_tools_a_server_changes_after_answering_are_stored_for_the_next_turn(
+    owner, fake, mcp_http
+):
+    server = await sync_to_async(register)(owner, mcp_http["url"], default_policy="allow")
+    fake.push(Reply(tool_call("docs__grow_soon", {})), Reply(text("Soon.")), Reply(text("b")))
+    session = await session_using(owner, fake, server)
+    await ask(owner, session)
+    for _ in range(200):  # announced on the session's own stream 0.3 s after the answer
+        await server.arefresh_from_db()
+        if "later" in {t["name"] for t in server.tools_cache}:
+            break
+        await asyncio.sleep(0.05)
+    await ask(owner, session, "again")
+    assert "docs__later" in {t["name"] for t in fake.requests[-1].body["tools"]}

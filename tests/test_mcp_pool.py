@@ -102,6 +102,18 @@ async def test_calls_share_one_open_session(pool, streamable):
     assert streamable["events"] == ["echo:a", "echo:b", "echo:c"]
 
 
+async def test_an_http_sse_server_is_pooled_too(pool):
+    with http_server("sse") as srv:
+        spec = mcp_client.ServerSpec(
+            name="t", transport="sse", url=srv["url"], outbound=LOOPBACK_OK
+        )
+        first = await call(pool, spec, "echo", {"text": "a"})
+        second = await call(pool, spec, "echo", {"text": "b"})
+        assert (text(first), text(second)) == ("echo: a", "echo: b")
+        assert second.reused and pool.opened == 1
+        await pool.aclose()
+
+
 async def test_concurrent_calls_share_the_session(pool, streamable):
     spec = http_spec(streamable["url"])
     results = await asyncio.gather(*(call(pool, spec, "echo", {"text": str(i)}) for i in range(5)))
@@ -246,6 +258,20 @@ async def test_tools_changed_during_a_call_are_listed_again_on_the_same_session(
     assert text(grown) == "grown"
     assert "extra" in {t["name"] for t in grown.tools}
     assert (await call(pool, spec, "echo", {"text": "y"})).tools is None
+    assert streamable["sessions"]["opened"] == 1
+
+
+async def test_tools_changed_while_no_call_is_out_are_listed_and_handed_on(pool, streamable):
+    listed: list[tuple[PoolKey, set[str]]] = []
+
+    async def tools_listed(key, tools):
+        listed.append((key, {t["name"] for t in tools}))
+
+    pool.tools_listed = tools_listed
+    spec = http_spec(streamable["url"])
+    assert text(await call(pool, spec, "grow_soon")) == "soon"
+    await until(lambda: listed)  # the server announced it 0.3 s after answering
+    assert listed[0][0] == KEY and "later" in listed[0][1]
     assert streamable["sessions"]["opened"] == 1
 
 

@@ -4,6 +4,7 @@ over Streamable HTTP and HTTP+SSE on loopback (uvicorn in a thread), and over st
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import socket
@@ -26,6 +27,7 @@ PNG_1PX = base64.b64decode(
 
 def build_server(events: list[str] | None = None) -> FastMCP:
     seen = events if events is not None else []
+    pending: list[asyncio.Task[None]] = []  # grow_soon's changes, kept from the collector
     # WARNING: the SDK logs every request at INFO, which would be most of the bench's cost.
     mcp = FastMCP("openworker-test", host="127.0.0.1", log_level="WARNING")
 
@@ -85,6 +87,18 @@ def build_server(events: list[str] | None = None) -> FastMCP:
             related_request_id=ctx.request_id,
         )
         return "grown"
+
+    @mcp.tool(description="Answer now; add a tool named `later` a moment after.")
+    async def grow_soon(ctx: Context) -> str:
+        session = ctx.session
+
+        async def change() -> None:
+            await anyio.sleep(0.3)
+            mcp.add_tool(lambda: "later!", name="later", description="Added after a call.")
+            await session.send_tool_list_changed()  # on the session's standalone stream
+
+        pending.append(asyncio.get_running_loop().create_task(change()))
+        return "soon"
 
     @mcp.tool(description="This server's process id.")
     def pid() -> int:

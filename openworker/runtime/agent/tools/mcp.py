@@ -116,11 +116,16 @@ def _pooled_current(pooled: dict[mcp_pool.PoolKey, str]) -> set[mcp_pool.PoolKey
     }
 
 
-def _set_validator(pool: mcp_pool.McpPool) -> None:
+async def _store_listed(key: mcp_pool.PoolKey, tools: list[dict[str, Any]]) -> None:
+    await _db(mcp_services.mcp_tools_cache_save)(server_id=int(key.server), tools=tools)
+
+
+def _bind_pool(pool: mcp_pool.McpPool) -> None:
     pool.validate = _db(_pooled_current)
+    pool.tools_listed = _store_listed
 
 
-mcp_pool.on_new_pool(_set_validator)
+mcp_pool.on_new_pool(_bind_pool)
 
 
 async def refresh_server_tools(server: McpServer) -> list[dict[str, Any]] | None:

@@ -15,6 +15,9 @@ worker process's turn loop, Daphne's loop in embedded mode.
   its old session is closed. `validate` (set by the caller) is asked on each sweep which
   pooled sessions are still current, so a disabled or deleted server's sessions close
   within `SWEEP_SECONDS` in every process, used or not.
+- Tools: a `tools/list_changed` during a call is listed again on the same session once
+  the call ends (`PooledOutcome.tools`, for the turn's registry); one announced while no
+  call is out is listed by the owner and handed to `tools_listed` (the tool cache).
 - Health: a session found closed is replaced; a call the server provably never received
   (`unsent`) is sent once more on a new session; a call that may have reached it
   (`lost`, a timeout) is never sent again: the caller reports it.
@@ -60,6 +63,9 @@ CLOSE_SECONDS = 5.0
 Opener = Callable[[mcp_client.ToolsChanged, set[Any]], AbstractAsyncContextManager[ClientSession]]
 # validate({key: fingerprint}) → the keys still current (their server enabled, unchanged).
 Validator = Callable[[dict["PoolKey", str]], Awaitable[set["PoolKey"]]]
+# tools_listed(key, tools): a server's new tool list, listed after it said it changed
+# while no call was out on the session (a call lists it itself, see `PooledOutcome`).
+ToolsListed = Callable[["PoolKey", list[dict[str, Any]]], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,7 @@ class _Entry:
     tools_generation: int = 0
     listed_generation: int = 0
     undelivered: set[Any] = field(default_factory=set)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     closing: asyncio.Event = field(default_factory=asyncio.Event)
@@ -104,24 +111,51 @@ class _Entry:
     def usable(self) -> bool:
         return not (self.closed.is_set() or self.closing.is_set())
 
-    async def own(self, opener: Opener) -> None:
+    async def own(self, opener: Opener, on_listed: ToolsListed | None) -> None:
         """The owner task: open, hold until told to close (or the transport fails), close."""
 
         async def on_changed() -> None:
             self.tools_generation += 1
+            self.changed.set()
 
+        refresher: asyncio.Task[None] | None = None
         try:
             async with opener(on_changed, self.undelivered) as session:
                 self.session = session
                 self.ready.set()
+                if on_listed is not None:
+                    refresher = asyncio.ensure_future(self._list_when_idle(session, on_listed))
                 await self.closing.wait()
         except Exception as exc:
             self.error = exc
             if self.session is not None:
                 logger.info("pooled MCP session to %s ended: %s", self.key.server, exc)
         finally:
+            if refresher is not None:
+                refresher.cancel()
             self.closed.set()
             self.ready.set()
+
+    async def list_again(self, session: ClientSession) -> list[dict[str, Any]]:
+        async with self.list_lock:
+            generation = self.tools_generation
+            tools = await mcp_client.list_tools(session)
+            self.listed_generation = generation
+            return tools
+
+    async def _list_when_idle(self, session: ClientSession, on_listed: ToolsListed) -> None:
+        """A change announced while no call is out (on the session's standalone stream,
+        whenever the server likes): listed and handed on, so the next turn offers it."""
+        while True:
+            await self.changed.wait()
+            self.changed.clear()
+            if self.users or self.tools_generation == self.listed_generation:
+                continue  # the call that is out lists it when it ends (or already did)
+            try:
+                tools = await self.list_again(session)
+                await on_listed(self.key, tools)
+            except Exception:
+                logger.warning("listing %s's changed tools failed", self.key.server, exc_info=True)
 
 
 class McpPool:
@@ -140,6 +174,7 @@ class McpPool:
         self.max_stdio = max_stdio
         self.sweep_seconds = sweep_seconds
         self.validate: Validator | None = None
+        self.tools_listed: ToolsListed | None = None
         self._entries: dict[PoolKey, _Entry] = {}
         self._closing: set[_Entry] = set()
         self._sweeper: asyncio.Task[None] | None = None
@@ -187,7 +222,7 @@ class McpPool:
                     self._discard(entry)
                 tools = None
                 if outcome.end == "ok" and entry.tools_generation != before:
-                    tools = await self._relist(entry, session)
+                    tools = await entry.list_again(session)
                 return PooledOutcome(outcome, tools, reused=not fresh)
             finally:
                 self._release(entry)
@@ -201,13 +236,6 @@ class McpPool:
                 raise entry.error
             raise ConnectionError("the MCP session closed while opening")
         return entry.session
-
-    async def _relist(self, entry: _Entry, session: ClientSession) -> list[dict[str, Any]]:
-        async with entry.list_lock:
-            generation = entry.tools_generation
-            tools = await mcp_client.list_tools(session)
-            entry.listed_generation = generation
-            return tools
 
     # --- the entries ---------------------------------------------------------------
 
@@ -224,7 +252,7 @@ class McpPool:
             entry = _Entry(key=key, fingerprint=fingerprint, stdio=stdio, pooled=pooled)
             # A context of its own: the owner outlives the turn that happened to open it.
             entry.task = asyncio.get_running_loop().create_task(
-                entry.own(opener), context=contextvars.Context()
+                entry.own(opener, self.tools_listed), context=contextvars.Context()
             )
             self.opened += 1
             if pooled:
@@ -236,6 +264,8 @@ class McpPool:
     def _release(self, entry: _Entry) -> None:
         entry.users -= 1
         entry.last_used = time.monotonic()
+        if entry.users == 0 and entry.tools_generation != entry.listed_generation:
+            entry.changed.set()  # announced after the call looked: listed now it is idle
         if not entry.pooled and entry.users == 0:
             self._close(entry)
 
