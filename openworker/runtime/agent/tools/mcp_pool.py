@@ -129,7 +129,10 @@ class _Entry:
         except Exception as exc:
             self.error = exc
             if self.session is not None:
-                logger.info("pooled MCP session to %s ended: %s", self.key.server, exc)
+                # The type only: a transport error's text may carry the server's URL.
+                logger.info(
+                    "pooled MCP session to %s ended: %s", self.key.server, type(exc).__name__
+                )
         finally:
             if refresher is not None:
                 refresher.cancel()
