@@ -226,6 +226,19 @@ async def test_a_session_the_server_forgot_is_reopened_and_the_call_sent_once(po
         assert restarted["sessions"]["opened"] == 1
 
 
+async def test_a_call_whose_connection_never_opened_is_not_taken_for_a_lost_one(pool):
+    with http_server() as srv:
+        spec = http_spec(srv["url"])
+        text(await call(pool, spec, "echo", {"text": "before"}))
+    # The server is down: the request's connection is refused, so it never left. It is
+    # tried once more on a new session (refused too), and reported as a failure to
+    # connect, not as a call that may have run.
+    with pytest.raises(BaseException) as caught:
+        await call(pool, spec, "echo", {"text": "after"})
+    assert "ConnectError" in repr(caught.value)
+    assert len(pool) == 0
+
+
 async def test_a_stdio_server_that_died_while_idle_is_restarted_for_the_next_call(pool, tmp_path):
     events = tmp_path / "events.log"
     pid = int(text(await call(pool, stdio_spec(events), "pid")))
