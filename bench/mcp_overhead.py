@@ -7,18 +7,20 @@ loopback, so its CPU and memory are not counted here. Embedded mode (SQLite in a
 
 - latency: CALLS calls of the server's `echo` tool through the engine's tool step, i.e.
   `tool.arun(arguments, ToolContext)` exactly as `engine._execute` awaits it (the call
-  record written before and after, a fresh connection with the initialize handshake, the
-  call, the result rendered), against the built-in `list_files` through the same step.
-  The difference is what an MCP call adds. Also shown: the connection alone (connect +
-  initialize) and a call on an already-open session, which splits the figure.
-- memory: RSS of this process before and after holding SESSIONS open sessions to the
-  server at once (each one what a worker holds during a call), per session.
+  record written before and after, the loop's pooled session (`mcp_pool`; the first
+  call, a warm-up, opens it), the call, the result rendered), against the built-in
+  `list_files` through the same step. The difference is what an MCP call adds. Also
+  shown: a new session per call as before the pool (connect + initialize + call +
+  close), the connection alone (connect + initialize) and a call on an open session.
+- memory: RSS of this process before and after the pool holds SESSIONS open sessions
+  (SESSIONS servers, or users with their own credentials), per session.
 Figures only; no pass/fail (no target was set for these).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import subprocess
 import sys
@@ -46,6 +48,8 @@ os.environ.update(
 import django  # noqa: E402
 
 django.setup()
+# The SDK logs every session it opens at INFO: noise here, and output the run would pay for.
+logging.getLogger("mcp").setLevel(logging.WARNING)
 
 import psutil  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
@@ -53,7 +57,7 @@ from django.contrib.auth.models import Group  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
 from bench._common import percentile, print_table  # noqa: E402
-from openworker.runtime.agent.tools import mcp_client  # noqa: E402
+from openworker.runtime.agent.tools import mcp_client, mcp_pool  # noqa: E402
 from openworker.runtime.agent.tools.base import ToolContext  # noqa: E402
 from openworker.runtime.agent.tools.mcp import (  # noqa: E402
     discover_and_store,
@@ -98,6 +102,13 @@ def setup(url: str) -> tuple[Session, McpServer]:
 
 
 async def timed_calls(tool, args: dict, session: Session, n: int) -> list[float]:
+    try:
+        return await _timed_calls(tool, args, session, n)
+    finally:
+        await mcp_pool.aclose_running_loop_pool()
+
+
+async def _timed_calls(tool, args: dict, session: Session, n: int) -> list[float]:
     out = []
     for i in range(n + WARMUP):
         ctx = ToolContext(
@@ -118,6 +129,18 @@ async def timed_calls(tool, args: dict, session: Session, n: int) -> list[float]
     return out
 
 
+async def unpooled_calls(spec: mcp_client.ServerSpec) -> list[float]:
+    """A new session per call: what every call cost before the pool."""
+    out = []
+    for i in range(CALLS + WARMUP):
+        started = time.perf_counter()
+        async with mcp_client.connect(spec) as s:
+            await mcp_client.call_tool(s, "echo", {"text": "x"}, timeout=10)
+        if i >= WARMUP:
+            out.append((time.perf_counter() - started) * 1000)
+    return out
+
+
 async def connection_figures(spec: mcp_client.ServerSpec) -> tuple[list[float], list[float]]:
     connects, calls = [], []
     for _ in range(50):
@@ -133,18 +156,26 @@ async def connection_figures(spec: mcp_client.ServerSpec) -> tuple[list[float], 
 
 async def memory_per_session(spec: mcp_client.ServerSpec) -> tuple[float, float]:
     me = psutil.Process()
-    async with mcp_client.connect(spec):  # the SDK's imports and first-use caches
-        pass
-    before = me.memory_info().rss
-    stacks = []
-    for _ in range(SESSIONS):
-        cm = mcp_client.connect(spec)
-        stacks.append((cm, await cm.__aenter__()))
-    for _, s in stacks:
-        await mcp_client.call_tool(s, "echo", {"text": "x"}, timeout=10)
-    after = me.memory_info().rss
-    for cm, _ in reversed(stacks):
-        await cm.__aexit__(None, None, None)
+    pool = mcp_pool.McpPool(max_sessions=SESSIONS + 1)
+
+    def opener(on_changed, undelivered):
+        return mcp_client.connect(spec, on_tools_changed=on_changed, undelivered=undelivered)
+
+    async def echo(identity: str) -> None:
+        pooled = await pool.call_tool(
+            mcp_pool.PoolKey("bench", identity), "f", opener, "echo", {"text": "x"}, timeout=10
+        )
+        assert pooled.outcome.end == "ok", pooled.outcome
+
+    try:
+        await echo("warm-up")  # the SDK's imports and first-use caches
+        before = me.memory_info().rss
+        for i in range(SESSIONS):
+            await echo(f"user:{i}")
+        after = me.memory_info().rss
+        assert len(pool) == SESSIONS + 1
+    finally:
+        await pool.aclose()
     return (after - before) / SESSIONS / 1024, before / 1024 / 1024
 
 
@@ -158,6 +189,7 @@ def main() -> None:
         spec = server_spec(server)
         mcp_ms = asyncio.run(timed_calls(mcp_tool, {"text": "hello"}, session, CALLS))
         builtin_ms = asyncio.run(timed_calls(builtin, {}, session, CALLS))
+        fresh_ms = asyncio.run(unpooled_calls(spec))
         connects, open_calls = asyncio.run(connection_figures(spec))
         per_session_kib, base_mib = asyncio.run(memory_per_session(spec))
     finally:
@@ -174,13 +206,14 @@ def main() -> None:
             row("MCP echo via the engine's tool step", mcp_ms),
             row("built-in list_files, same step", builtin_ms),
             row("added by MCP (same rank)", added),
+            row("a new session per call (no pool)", fresh_ms),
             row("  of which: connect + initialize", connects),
             row("  of which: call on an open session", open_calls),
         ],
     )
     print()
     print_table(
-        ["open sessions", "RSS before MiB", "per session KiB"],
+        ["pooled sessions", "RSS before MiB", "per session KiB"],
         [[SESSIONS, f"{base_mib:.1f}", f"{per_session_kib:.0f}"]],
     )
 

@@ -27,7 +27,9 @@ EXPECTED_TOOLS = {
     "fail",
     "get.page/v2",
     "grow",
+    "grow_soon",
     "picture",
+    "pid",
     "slow",
     "whoami",
 }

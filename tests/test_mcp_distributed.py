@@ -1,6 +1,7 @@
 """MCP calls with real processes (PostgreSQL, Redis, Daphne, a Celery worker): a call
 runs in the worker against a loopback MCP server; `kill -9` of the worker mid-call leaves
-an interrupted turn whose retry shows the call was cut short and never sends it again.
+an interrupted turn whose retry shows the call was cut short and never sends it again;
+turns share the worker's pooled session, which the worker closes when it stops.
 
 Its own module so that no other worker process is consuming the turns queue."""
 
@@ -60,6 +61,24 @@ def test_a_worker_runs_an_mcp_call_and_records_it(
     assert mcp_http["events"] == ["echo:w"]
     call = McpCall.objects.get()
     assert (call.outcome, call.user_id, call.tool) == ("ok", owner.pk, "echo")
+
+
+def test_a_stopping_worker_closes_its_pooled_mcp_sessions(
+    daphne_server, distributed_env, owner, anthropic_fake, mcp_http
+):
+    anthropic_fake.push(Reply(tool_call("ops__echo", {"text": "1"})), Reply(text("One.")))
+    anthropic_fake.push(Reply(tool_call("ops__echo", {"text": "2"})), Reply(text("Two.")))
+    session = _session_using_mcp(owner, anthropic_fake, mcp_http["url"])
+    assert mcp_http["sessions"] == {"opened": 1, "closed": 1}  # the admin's discovery
+    with procs.celery_worker(distributed_env), open_ws(daphne_server, owner, session) as ws:
+        for words in ("one", "two"):
+            ws.send(json.dumps({"type": "send", "text": words}))
+            events = read_sync_until_status(ws, {"completed", "failed"}, timeout=30)
+            assert events[-1]["status"] == "completed"
+        assert mcp_http["sessions"] == {"opened": 2, "closed": 1}  # one pooled for both
+    # SIGTERM: the worker's shutdown ends the session it kept open (an HTTP DELETE).
+    assert mcp_http["sessions"] == {"opened": 2, "closed": 2}
+    assert mcp_http["events"] == ["echo:1", "echo:2"]
 
 
 def test_a_call_cut_short_by_a_worker_crash_is_shown_and_not_sent_again(

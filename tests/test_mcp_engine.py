@@ -8,14 +8,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import signal
 import sys
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import Group
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from openworker.runtime.agent.degradation import IMAGE_PLACEHOLDER
-from openworker.runtime.agent.tools.mcp import discover_and_store
+from openworker.runtime.agent.tools import mcp_pool
+from openworker.runtime.agent.tools.mcp import discover_and_store, session_registry
+from openworker.runtime.turns.runner import embedded_runner
 from sessions.mcp.models import McpCall, McpServer, McpToolPolicy, SessionMcpServer
 from sessions.models import Message, Session, Turn
 from tests.fakes import AnthropicMessagesFake, OpenAIChatFake, Reply, text, tool_call
@@ -26,6 +32,13 @@ from tests.test_mcp_client import STDIO_SCRIPT
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MODEL = "anthropic:claude-test-1"
+
+
+@pytest.fixture(autouse=True)
+async def _close_pooled_sessions():
+    """The turns ran on this test's loop: its pooled MCP sessions end with the test."""
+    yield
+    await mcp_pool.aclose_running_loop_pool()
 
 
 @pytest.fixture
@@ -378,3 +391,133 @@ async def test_a_stdio_server_runs_in_a_turn(owner, fake):
     assert result_text(tool_result(fake)) == "echo: pipe"
     turn = await Turn.objects.aget()
     assert turn.status == "completed"
+
+
+async def test_tools_a_server_adds_during_a_turn_are_offered_by_its_next_model_call(
+    owner, fake, mcp_http
+):
+    server = await sync_to_async(register)(owner, mcp_http["url"], default_policy="allow")
+    fake.push(
+        Reply(tool_call("docs__grow", {})),
+        Reply(tool_call("docs__extra", {})),
+        Reply(text("Used the new tool.")),
+    )
+    events = await ask(owner, await session_using(owner, fake, server))
+    assert events[-1]["status"] == "completed"
+    assert "docs__extra" not in {t["name"] for t in fake.requests[0].body["tools"]}
+    assert "docs__extra" in {t["name"] for t in fake.requests[1].body["tools"]}  # same turn
+    assert result_text(tool_result(fake)) == "extra!"
+    await server.arefresh_from_db()
+    assert "extra" in {t["name"] for t in server.tools_cache}  # and kept for the next turns
+
+
+async def test_turns_share_one_open_session_to_the_server(owner, fake, mcp_http):
+    server = await sync_to_async(register)(owner, mcp_http["url"], default_policy="allow")
+    opened = mcp_http["sessions"]["opened"]  # discovery's own
+    fake.push(Reply(tool_call("docs__echo", {"text": "1"})), Reply(text("one")))
+    fake.push(Reply(tool_call("docs__echo", {"text": "2"})), Reply(text("two")))
+    session = await session_using(owner, fake, server)
+    await ask(owner, session)
+    await ask(owner, session, "again")
+    assert mcp_http["events"] == ["echo:1", "echo:2"]
+    assert mcp_http["sessions"]["opened"] - opened == 1
+
+
+async def test_a_session_without_mcp_servers_builds_its_tools_in_one_query(owner, fake, mcp_http):
+    server = await sync_to_async(register)(owner, mcp_http["url"], default_policy="allow")
+    plain = await session_using(owner, fake)
+    using = await session_using(owner, fake, server)
+
+    def statements(session) -> tuple[int, list[str]]:
+        with CaptureQueriesContext(connection) as queries:
+            registry = session_registry(session_id=session.pk, owner_id=owner.pk)
+        return len(queries), sorted(t.name for t in registry if t.name.startswith("docs__"))
+
+    assert await sync_to_async(statements)(plain) == (1, [])  # was 3: session, owner, servers
+    count, names = await sync_to_async(statements)(using)
+    assert count == 2 and "docs__echo" in names  # the servers, their tool policies
+
+
+async def test_a_disabled_or_edited_servers_pooled_session_closes_on_the_next_sweep(
+    owner, fake, mcp_http
+):
+    server = await sync_to_async(register)(owner, mcp_http["url"], default_policy="allow")
+    fake.push(Reply(tool_call("docs__echo", {"text": "1"})), Reply(text("one")))
+    await ask(owner, await session_using(owner, fake, server))
+    pool = mcp_pool.pool()
+    assert len(pool) == 1
+    await pool.sweep()
+    assert len(pool) == 1  # unchanged and enabled: kept
+
+    server.set_bearer("a-new-secret")
+    await server.asave()
+    await pool.sweep()
+    assert len(pool) == 0  # the secret changed in the admin (any process)
+
+    fake.push(Reply(tool_call("docs__echo", {"text": "2"})), Reply(text("two")))
+    await ask(owner, await session_using(owner, fake, server))
+    assert len(pool) == 1
+    await McpServer.objects.filter(pk=server.pk).aupdate(enabled=False)
+    await pool.sweep()
+    assert len(pool) == 0
+
+
+async def test_the_embedded_runners_shutdown_closes_the_loops_pooled_sessions(
+    owner, fake, mcp_http
+):
+    server = await sync_to_async(register)(owner, mcp_http["url"], default_policy="allow")
+    fake.push(Reply(tool_call("docs__echo", {"text": "1"})), Reply(text("one")))
+    await ask(owner, await session_using(owner, fake, server))
+    closed = mcp_http["sessions"]["closed"]  # discovery's own
+    assert len(mcp_pool.pool()) == 1
+    await embedded_runner.shutdown()  # what Daphne's shutdown trigger runs
+    assert mcp_http["sessions"]["closed"] == closed + 1  # the pooled session's DELETE
+
+
+async def test_a_call_whose_server_died_under_it_is_reported_and_not_sent_again(
+    owner, fake, tmp_path
+):
+    events = tmp_path / "events.log"
+    server = await sync_to_async(register)(
+        owner,
+        name="local",
+        transport="stdio",
+        command=sys.executable,
+        args=[str(STDIO_SCRIPT), str(events)],
+        default_policy="allow",
+    )
+    fake.push(Reply(tool_call("local__slow", {"seconds": 30})), Reply(text("It broke.")))
+    session = await session_using(owner, fake, server)
+    ws = await open_socket(owner, session)
+    await ws.send_json_to({"type": "send", "text": "go"})
+    for _ in range(200):
+        if events.exists() and "slow:started" in events.read_text():
+            break
+        await asyncio.sleep(0.05)
+    # The last process started (discovery's came first, and has exited).
+    pids = [line for line in events.read_text().splitlines() if line.startswith("pid:")]
+    pid = int(pids[-1].removeprefix("pid:"))
+    os.kill(pid, signal.SIGKILL)
+    finished = await read_until_status(ws, {"completed", "failed"})
+    await ws.disconnect()
+    assert finished[-1]["status"] == "completed"
+    block = tool_result(fake)
+    assert block["is_error"] is True and "was not sent again" in result_text(block)
+    assert (await McpCall.objects.aget()).outcome == "interrupted"
+    assert events.read_text().count("slow:started") == 1
+
+
+async def test_tools_a_server_changes_after_answering_are_stored_for_the_next_turn(
+    owner, fake, mcp_http
+):
+    server = await sync_to_async(register)(owner, mcp_http["url"], default_policy="allow")
+    fake.push(Reply(tool_call("docs__grow_soon", {})), Reply(text("Soon.")), Reply(text("b")))
+    session = await session_using(owner, fake, server)
+    await ask(owner, session)
+    for _ in range(200):  # announced on the session's own stream 0.3 s after the answer
+        await server.arefresh_from_db()
+        if "later" in {t["name"] for t in server.tools_cache}:
+            break
+        await asyncio.sleep(0.05)
+    await ask(owner, session, "again")
+    assert "docs__later" in {t["name"] for t in fake.requests[-1].body["tools"]}

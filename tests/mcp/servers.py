@@ -4,6 +4,7 @@ over Streamable HTTP and HTTP+SSE on loopback (uvicorn in a thread), and over st
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import socket
@@ -15,6 +16,7 @@ from typing import Any
 
 import anyio
 import uvicorn
+from mcp import types
 from mcp.server.fastmcp import Context, FastMCP, Image
 
 # A 1x1 PNG: small, and a real image any decoder accepts.
@@ -25,6 +27,7 @@ PNG_1PX = base64.b64decode(
 
 def build_server(events: list[str] | None = None) -> FastMCP:
     seen = events if events is not None else []
+    pending: list[asyncio.Task[None]] = []  # grow_soon's changes, kept from the collector
     # WARNING: the SDK logs every request at INFO, which would be most of the bench's cost.
     mcp = FastMCP("openworker-test", host="127.0.0.1", log_level="WARNING")
 
@@ -77,8 +80,29 @@ def build_server(events: list[str] | None = None) -> FastMCP:
     async def grow(ctx: Context) -> str:
         if "extra" not in {t.name for t in await mcp.list_tools()}:
             mcp.add_tool(lambda: "extra!", name="extra", description="Added later.")
-        await ctx.session.send_tool_list_changed()
+        # On this request's own stream, so the notice arrives before the result (a
+        # notice on the session's standalone stream may come after it).
+        await ctx.session.send_notification(
+            types.ServerNotification(types.ToolListChangedNotification()),
+            related_request_id=ctx.request_id,
+        )
         return "grown"
+
+    @mcp.tool(description="Answer now; add a tool named `later` a moment after.")
+    async def grow_soon(ctx: Context) -> str:
+        session = ctx.session
+
+        async def change() -> None:
+            await anyio.sleep(0.3)
+            mcp.add_tool(lambda: "later!", name="later", description="Added after a call.")
+            await session.send_tool_list_changed()  # on the session's standalone stream
+
+        pending.append(asyncio.get_running_loop().create_task(change()))
+        return "soon"
+
+    @mcp.tool(description="This server's process id.")
+    def pid() -> int:
+        return os.getpid()
 
     return mcp
 
@@ -89,15 +113,44 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+class _SessionCounter:
+    """Counts the MCP sessions clients open (initialize requests: a POST without a session
+    id) and close (DELETE), in `counts`."""
+
+    def __init__(self, app: Any, counts: dict[str, int]) -> None:
+        self.app = app
+        self.counts = counts
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or [])
+            if scope["method"] == "POST" and b"mcp-session-id" not in headers:
+                self.counts["opened"] += 1
+            elif scope["method"] == "DELETE":
+                self.counts["closed"] += 1
+        await self.app(scope, receive, send)
+
+
 @contextmanager
-def http_server(transport: str = "streamable_http") -> Iterator[dict[str, Any]]:
-    """A loopback server; yields {"url", "events"}."""
+def http_server(transport: str = "streamable_http", port: int = 0) -> Iterator[dict[str, Any]]:
+    """A loopback server; yields {"url", "events", "sessions": {"opened", "closed"},
+    "port"}. Pass the `port` of a stopped one to stand in for it after a restart."""
     events: list[str] = []
+    sessions = {"opened": 0, "closed": 0}
     mcp = build_server(events)
     app = mcp.sse_app() if transport == "sse" else mcp.streamable_http_app()
-    port = free_port()
+    app = _SessionCounter(app, sessions)
+    port = port or free_port()
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="on",
+            # Open streams (a pooled client keeps one) must not hold a stop for long.
+            timeout_graceful_shutdown=1,
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -108,7 +161,12 @@ def http_server(transport: str = "streamable_http") -> Iterator[dict[str, Any]]:
         time.sleep(0.02)
     path = "/sse" if transport == "sse" else "/mcp"
     try:
-        yield {"url": f"http://127.0.0.1:{port}{path}", "events": events}
+        yield {
+            "url": f"http://127.0.0.1:{port}{path}",
+            "events": events,
+            "sessions": sessions,
+            "port": port,
+        }
     finally:
         server.should_exit = True
         thread.join(10)

@@ -114,7 +114,9 @@ async def run_turn(
         provider_factory = router_for_user
     if tools is None:
         # The built-in tools plus the MCP servers' tools this session uses.
-        tools = await _db(session_registry)(session_id=turn.session_id)
+        tools = await _db(session_registry)(
+            session_id=turn.session_id, owner_id=turn.session.owner_id
+        )
     run = _TurnRun(turn, me, provider_factory, tools)
     run.check_own_key = not injected
     await run.run()
@@ -323,7 +325,7 @@ class _TurnRun:
     # --- the agent loop --------------------------------------------------------------
 
     async def _loop(self, provider: ProviderClient) -> tuple[str, str, str]:
-        tool_defs = self.tools.definitions()
+        tool_defs, revision = self.tools.definitions(), self.tools.revision
         for _ in range(settings.TURN_MAX_STEPS):
             self._check()
             if self.cancel.cancelled:
@@ -336,6 +338,9 @@ class _TurnRun:
                     await self.emitter.emit("tool.approval", calls=waiting)  # type: ignore[union-attr]
                     return Turn.Status.AWAITING_APPROVAL, "", ""
                 continue
+            if self.tools.revision != revision:
+                # A tool call changed the registry (an MCP server's tools/list_changed).
+                tool_defs, revision = self.tools.definitions(), self.tools.revision
             outcome = await self._model_step(provider, rows, tool_defs)
             if outcome is not None:
                 return outcome

@@ -25,6 +25,7 @@ from django.conf import settings
 from django.db import transaction
 
 from openworker.runtime.agent.engine import run_turn
+from openworker.runtime.agent.tools import mcp_pool
 from openworker.runtime.turns.tasks import run_turn_task
 
 logger = logging.getLogger(__name__)
@@ -86,6 +87,8 @@ class EmbeddedRunner:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        # Then the loop's open MCP sessions (stdio processes included) end cleanly.
+        await mcp_pool.aclose_running_loop_pool()
 
 
 def _hook_reactor_shutdown(callback: Any) -> bool:

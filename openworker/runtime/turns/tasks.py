@@ -8,10 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
-from celery.signals import worker_ready
+from celery.signals import worker_ready, worker_shutdown
 
 from openworker.gc_tuning import tune_for_serving
 from openworker.runtime.agent.engine import run_turn
+from openworker.runtime.agent.tools import mcp_pool
 from openworker.runtime.turns.worker_loop import worker_loop
 
 # The registered name predates this module's move out of `sessions.tasks`: messages queued
@@ -30,3 +31,11 @@ def run_turn_task(turn_id: str) -> None:
 @worker_ready.connect
 def _tune_gc(**_: Any) -> None:
     tune_for_serving()
+
+
+@worker_shutdown.connect
+def _close_mcp_sessions(**_: Any) -> None:
+    """The turn loop's open MCP sessions end cleanly (HTTP sessions deleted, stdio
+    processes stopped) when the worker stops."""
+    if worker_loop.started:
+        worker_loop.run(mcp_pool.aclose_running_loop_pool())

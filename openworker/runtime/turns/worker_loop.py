@@ -31,6 +31,10 @@ class WorkerLoop:
                 self._loop = loop
             return self._loop
 
+    @property
+    def started(self) -> bool:
+        return self._loop is not None and not self._loop.is_closed()
+
     def run(self, coro: Any) -> Any:
         """Run `coro` on the process's turn loop and wait for its result."""
         loop = self._ensure()

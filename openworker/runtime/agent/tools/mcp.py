@@ -6,6 +6,12 @@ per-tool override, else the server's default, and the engine enforces it like an
 tool's. A call is recorded before it leaves (`McpCall`), which is also how a call a crash
 interrupted is recognised when the turn is retried: it is reported to the model and the
 user, never sent again unasked.
+
+Calls go through the running loop's pool of open sessions (`mcp_pool`), keyed by the
+server and whose credentials the session carries (`credentials_identity`). A server that
+says its tools changed (`tools/list_changed`) during a call is listed again on the same
+session; the new list is stored and replaces the server's tools in the turn's registry,
+so the turn's next model call offers them.
 """
 
 from __future__ import annotations
@@ -13,8 +19,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import hashlib
+import hmac
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +32,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from mcp import types
 
-from openworker.runtime.agent.tools import mcp_client
+from openworker.runtime.agent.tools import mcp_client, mcp_pool
 from openworker.runtime.agent.tools.base import Policy, Tool, ToolContext, ToolResult
 from openworker.runtime.agent.tools.mcp_names import (
     is_strict_compatible,
@@ -46,6 +55,14 @@ INTERRUPTED_MESSAGE = (
     "was saved, so it was not sent again: it may or may not have taken effect. Tell the user "
     "and ask whether to call it again."
 )
+LOST_MESSAGE = (
+    "The connection to {server} ended while this call to {tool} was running, so it was not "
+    "sent again: it may or may not have taken effect. Tell the user and ask whether to call "
+    "it again."
+)
+# Whose credentials a session carries when the server has one secret for everyone.
+SERVER_CREDENTIALS = "server"
+_FINGERPRINT_KEY = os.urandom(32)
 
 
 def server_spec(server: McpServer) -> mcp_client.ServerSpec:
@@ -59,6 +76,56 @@ def server_spec(server: McpServer) -> mcp_client.ServerSpec:
         headers=server.request_headers(),
         outbound=mcp_services.outbound_policy(),
     )
+
+
+def spec_fingerprint(spec: mcp_client.ServerSpec) -> str:
+    """What a pooled session to the server was opened with: any edit of the server (URL,
+    command, arguments, headers, secret) gives another fingerprint, so the old session is
+    not reused. Keyed with a secret of this process's own, so the digest of a bearer token
+    is worth nothing outside it."""
+    material = json.dumps(
+        [spec.transport, spec.url, spec.command, list(spec.args), sorted(spec.headers.items())]
+    )
+    return hmac.new(_FINGERPRINT_KEY, material.encode(), hashlib.sha256).hexdigest()
+
+
+def pool_fingerprint(spec: mcp_client.ServerSpec, credentials: str = "") -> str:
+    """`<server>.<credentials>`: the server's part is what the sweep checks against the
+    database (`_pooled_current`); the second is for credentials of a caller's own (a
+    user's token), whose change must open a new session too."""
+    return f"{spec_fingerprint(spec)}.{credentials}"
+
+
+def credentials_identity(server: McpServer, ctx: ToolContext) -> str:
+    """Whose credentials a session to `server` carries, the second half of its pool key:
+    the server's own secret, shared by everyone the server is shared with."""
+    return SERVER_CREDENTIALS
+
+
+def _pooled_current(pooled: dict[mcp_pool.PoolKey, str]) -> set[mcp_pool.PoolKey]:
+    """The pooled sessions whose server is still enabled and unchanged (one query)."""
+    ids = {int(key.server) for key in pooled}
+    current = {
+        str(server.pk): spec_fingerprint(server_spec(server))
+        for server in McpServer.objects.filter(pk__in=ids, enabled=True)
+    }
+    return {
+        key
+        for key, fingerprint in pooled.items()
+        if current.get(key.server) == fingerprint.partition(".")[0]
+    }
+
+
+async def _store_listed(key: mcp_pool.PoolKey, tools: list[dict[str, Any]]) -> None:
+    await _db(mcp_services.mcp_tools_cache_save)(server_id=int(key.server), tools=tools)
+
+
+def _bind_pool(pool: mcp_pool.McpPool) -> None:
+    pool.validate = _db(_pooled_current)
+    pool.tools_listed = _store_listed
+
+
+mcp_pool.on_new_pool(_bind_pool)
 
 
 async def refresh_server_tools(server: McpServer) -> list[dict[str, Any]] | None:
@@ -85,8 +152,15 @@ def _error_text(exc: BaseException) -> str:
 class McpTool(Tool):
     """One tool of one MCP server. Built per turn from the server's cached discovery."""
 
-    def __init__(self, server: McpServer, listed: dict[str, Any], policy: Policy) -> None:
+    def __init__(
+        self,
+        server: McpServer,
+        listed: dict[str, Any],
+        policy: Policy,
+        toolset: _ServerTools | None = None,
+    ) -> None:
         self.server = server
+        self.toolset = toolset
         self.remote_name = str(listed["name"])
         self.name = tool_name(server.name, self.remote_name)  # type: ignore[misc]
         self.description = (listed.get("description") or "")[:MAX_DESCRIPTION_CHARS]  # type: ignore[misc]
@@ -160,24 +234,39 @@ class McpTool(Tool):
     ) -> tuple[str, ToolResult, str, int | None]:
         server = self.server
         spec = await _db(server_spec)(server)
-        changed = False
 
-        async def on_changed() -> None:
-            nonlocal changed
-            changed = True
+        def opener(on_changed: mcp_client.ToolsChanged, undelivered: set[Any]) -> Any:
+            return mcp_client.connect(spec, on_tools_changed=on_changed, undelivered=undelivered)
 
-        async with mcp_client.connect(spec, on_tools_changed=on_changed) as session:
-            end = await mcp_client.call_tool(
-                session,
-                self.remote_name,
-                args,
-                timeout=float(server.timeout_seconds),
-                cancel=ctx.cancel,
+        pooled = await mcp_pool.pool().call_tool(
+            mcp_pool.PoolKey(str(server.pk), credentials_identity(server, ctx)),
+            pool_fingerprint(spec),
+            opener,
+            self.remote_name,
+            args,
+            timeout=float(server.timeout_seconds),
+            cancel=ctx.cancel,
+            stdio=spec.transport == "stdio",
+        )
+        end = pooled.outcome
+        if pooled.tools is not None:
+            # The server changed its tool list while answering: stored for the next
+            # turns, and offered from this turn's next model call on.
+            await _db(mcp_services.mcp_tools_cache_save)(server_id=server.pk, tools=pooled.tools)
+            if self.toolset is not None:
+                self.toolset.replace(pooled.tools)
+        if end.end in ("lost", "unsent"):
+            return (
+                McpCall.Outcome.INTERRUPTED if end.end == "lost" else McpCall.Outcome.ERROR,
+                ToolResult(
+                    LOST_MESSAGE.format(tool=self.remote_name, server=server.label)
+                    if end.end == "lost"
+                    else f"Error: the MCP server {server.label} could not be reached.",
+                    is_error=True,
+                ),
+                "connection lost during the call" if end.end == "lost" else "not delivered",
+                None,
             )
-            if changed and end.end == "ok":
-                # The server changed its tool list while answering: the next turn sees it.
-                tools = await mcp_client.list_tools(session)
-                await _db(mcp_services.mcp_tools_cache_save)(server_id=server.pk, tools=tools)
         if end.end == "timeout":
             return (
                 McpCall.Outcome.TIMEOUT,
@@ -297,17 +386,37 @@ def _policy_for(server: McpServer, remote_name: str) -> Policy:
     return server.default_policy  # type: ignore[return-value]
 
 
-def session_registry(*, session_id: Any) -> ToolRegistry:
-    """The built-in tools plus the MCP tools of the servers this session uses."""
-    registry = default_registry()
-    owner = Session.objects.only("owner").get(pk=session_id).owner
-    for server in mcp_services.session_mcp_servers(session_id=session_id, owner=owner):
-        for listed in server.tools_cache or []:
-            tool = McpTool(server, listed, _policy_for(server, str(listed.get("name"))))
-            if tool.name in registry:
+class _ServerTools:
+    """One server's tools in one registry, replaced together when the server lists
+    others mid-turn."""
+
+    def __init__(self, registry: ToolRegistry, server: McpServer) -> None:
+        self.registry = registry
+        self.server = server
+        self.names: list[str] = []
+
+    def replace(self, listed: list[dict[str, Any]]) -> None:
+        for name in self.names:
+            self.registry.unregister(name)
+        self.names = []
+        for item in listed:
+            tool = McpTool(self.server, item, _policy_for(self.server, str(item.get("name"))), self)
+            if tool.name in self.registry:
                 logger.warning("MCP tool name %s collides; skipped", tool.name)
                 continue
-            registry.register(tool)
+            self.registry.register(tool)
+            self.names.append(tool.name)
+
+
+def session_registry(*, session_id: Any, owner_id: int | None = None) -> ToolRegistry:
+    """The built-in tools plus the MCP tools of the servers this session uses: one query
+    when the session uses none (the engine passes the owner it already has), two when it
+    does (the servers, their per-tool policies)."""
+    registry = default_registry()
+    if owner_id is None:
+        owner_id = Session.objects.values_list("owner_id", flat=True).get(pk=session_id)
+    for server in mcp_services.session_mcp_servers(session_id=session_id, owner=owner_id):
+        _ServerTools(registry, server).replace(server.tools_cache or [])
     return registry
 
 

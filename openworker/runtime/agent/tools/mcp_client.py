@@ -4,8 +4,8 @@ No Django here: the caller passes a `ServerSpec` with the decrypted headers and 
 outbound policy. Every HTTP request (Streamable HTTP or the older HTTP+SSE) goes through
 `AsyncGuardedTransport`, the same SSRF guard provider base URLs use, so a server that
 resolves (or redirects) to a private address is refused at connect time, not only when
-the admin saved its URL. One connection per call: a turn may run on any worker process's
-loop, and an MCP session is bound to the loop that opened it.
+the admin saved its URL. An MCP session is bound to the loop (and the task) that opened
+it: `mcp_pool` keeps open sessions per loop and reuses them across calls and turns.
 
 The SDK (1.x) does not tell the server when a request is abandoned, so Stop and the
 per-call timeout send `notifications/cancelled` themselves.
@@ -15,18 +15,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Container
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
 
+import anyio
 import httpx
-from mcp import ClientSession, StdioServerParameters, types
+from mcp import ClientSession, McpError, StdioServerParameters, types
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CONNECTION_CLOSED
 
 from providers.cancel import CancelToken
+from providers.errors import OutboundBlockedError
 from providers.outbound import AsyncGuardedTransport, OutboundPolicy
 
 TransportKind = Literal["streamable_http", "sse", "stdio"]
@@ -39,7 +43,15 @@ CANCEL_NOTICE_SECONDS = 2.0
 # tools/list pages followed before giving up: a paginator that never ends cannot hang us.
 MAX_LIST_PAGES = 50
 
-CallEnd = Literal["ok", "timeout", "cancelled"]
+# How a call ended. "unsent": the request provably never reached the server (the session
+# was already closed, or the server answered that it no longer knows the session), so it
+# may be sent again on a new session. "lost": the connection ended while the request was
+# out: it may or may not have run, so it must not be sent again unasked.
+CallEnd = Literal["ok", "timeout", "cancelled", "unsent", "lost"]
+
+# The SDK's answer to a request on a session the server has forgotten (HTTP 404: the
+# server restarted or expired the session): the server refused it without running it.
+SESSION_TERMINATED_CODE = 32600
 
 
 @dataclass(frozen=True)
@@ -64,28 +76,68 @@ class CallOutcome:
 ToolsChanged = Callable[[], Awaitable[None]]
 
 
-def _guarded_client_factory(policy: OutboundPolicy | None) -> Callable[..., httpx.AsyncClient]:
+def _guarded_client_factory(
+    policy: OutboundPolicy | None, undelivered: set[Any] | None = None
+) -> Callable[..., httpx.AsyncClient]:
     def factory(
         headers: dict[str, str] | None = None,
         timeout: httpx.Timeout | None = None,
         auth: httpx.Auth | None = None,
     ) -> httpx.AsyncClient:
+        transport: httpx.AsyncBaseTransport = AsyncGuardedTransport(policy or OutboundPolicy())
+        if undelivered is not None:
+            transport = _DeliveryLog(transport, undelivered)
         return httpx.AsyncClient(
             headers=headers,
             timeout=timeout or httpx.Timeout(CONNECT_TIMEOUT_SECONDS, read=300.0),
             auth=auth,
-            transport=AsyncGuardedTransport(policy or OutboundPolicy()),
+            transport=transport,
             follow_redirects=False,
         )
 
     return factory
 
 
+class _DeliveryLog(httpx.AsyncBaseTransport):
+    """Notes the JSON-RPC id of every request whose HTTP connection could not even be
+    opened (refused, timed out connecting, blocked by the outbound policy): those never
+    reached the server, whatever became of the session afterwards."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, undelivered: set[Any]) -> None:
+        self._inner = inner
+        self._undelivered = undelivered
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return await self._inner.handle_async_request(request)
+        except (httpx.ConnectError, httpx.ConnectTimeout, OutboundBlockedError):
+            request_id = _jsonrpc_id(request)
+            if request_id is not None:
+                self._undelivered.add(request_id)
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _jsonrpc_id(request: httpx.Request) -> Any:
+    try:
+        body = json.loads(request.content or b"null")
+    except (ValueError, httpx.RequestNotRead):
+        return None
+    return body.get("id") if isinstance(body, dict) else None
+
+
 @contextlib.asynccontextmanager
 async def connect(
-    spec: ServerSpec, *, on_tools_changed: ToolsChanged | None = None
+    spec: ServerSpec,
+    *,
+    on_tools_changed: ToolsChanged | None = None,
+    undelivered: set[Any] | None = None,
 ) -> AsyncIterator[ClientSession]:
-    """An initialized `ClientSession`; `on_tools_changed` runs on `tools/list_changed`."""
+    """An initialized `ClientSession`; `on_tools_changed` runs on `tools/list_changed`.
+    `undelivered` collects the ids of requests whose connection could not be opened
+    (HTTP transports), so a caller can tell a request that never left from a lost one."""
 
     async def on_message(message: Any) -> None:
         changed = isinstance(message, types.ServerNotification) and isinstance(
@@ -109,7 +161,7 @@ async def connect(
             )
         else:
             http = await stack.enter_async_context(
-                _guarded_client_factory(spec.outbound)(headers=dict(spec.headers))
+                _guarded_client_factory(spec.outbound, undelivered)(headers=dict(spec.headers))
             )
             read, write, _ = await stack.enter_async_context(
                 streamable_http_client(spec.url, http_client=http)
@@ -153,9 +205,15 @@ async def call_tool(
     *,
     timeout: float,
     cancel: CancelToken | None = None,
+    closed: asyncio.Event | None = None,
+    undelivered: Container[Any] = (),
 ) -> CallOutcome:
     """Call `name`, bounded by `timeout` and by Stop (`cancel`). A call that is abandoned
-    tells the server with `notifications/cancelled` before the connection closes."""
+    tells the server with `notifications/cancelled` before the connection closes.
+
+    `closed` is set by whoever owns the connection when it ends (a pooled session's
+    transport failed): a call still out then ends "lost", or "unsent" when its id is in
+    `undelivered` (its connection was never opened)."""
     if cancel is not None and cancel.cancelled:
         return CallOutcome("cancelled")
     loop = asyncio.get_running_loop()
@@ -163,38 +221,73 @@ async def call_tool(
     unregister = (
         cancel.on_cancel(lambda: loop.call_soon_threadsafe(stopped.set)) if cancel else None
     )
-    # The id the SDK gives the next request; `send_request` takes it before any await.
-    request_id = session._request_id  # the SDK exposes no other way
-    call = asyncio.ensure_future(
-        session.call_tool(name, arguments, read_timeout_seconds=timedelta(seconds=timeout + 5))
-    )
-    stop = asyncio.ensure_future(stopped.wait())
-    try:
-        done, _ = await asyncio.wait(
-            {call, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+    sent_ids: list[Any] = []
+
+    async def send() -> types.CallToolResult:
+        # The id the SDK gives this request: `send_request` takes it in this same step,
+        # before any await, so no other call on a shared session can take it first.
+        sent_ids.append(session._request_id)  # the SDK exposes no other way
+        return await session.call_tool(
+            name, arguments, read_timeout_seconds=timedelta(seconds=timeout + 5)
         )
+
+    call = asyncio.ensure_future(send())
+    stop = asyncio.ensure_future(stopped.wait())
+    ended = asyncio.ensure_future(closed.wait()) if closed is not None else None
+    try:
+        waits = {call, stop} if ended is None else {call, stop, ended}
+        done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         if call in done:
-            return CallOutcome("ok", call.result())
+            problem = call.exception()
+            if problem is None:
+                return CallOutcome("ok", call.result())
+            if _never_sent(problem):
+                return CallOutcome("unsent")
+            if isinstance(problem, McpError) and problem.error.code == CONNECTION_CLOSED:
+                return CallOutcome("lost")
+            raise problem
+        if ended is not None and ended in done:
+            call.cancel()
+            with contextlib.suppress(BaseException):
+                await call
+            return CallOutcome("unsent" if sent_ids and sent_ids[0] in undelivered else "lost")
         end: CallEnd = "cancelled" if stop in done else "timeout"
         call.cancel()
         with contextlib.suppress(BaseException):
             await call
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(
-                session.send_notification(
-                    types.ClientNotification(
-                        types.CancelledNotification(
-                            params=types.CancelledNotificationParams(
-                                requestId=request_id,
-                                reason="stopped by the user" if end == "cancelled" else "timeout",
+        if sent_ids:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    session.send_notification(
+                        types.ClientNotification(
+                            types.CancelledNotification(
+                                params=types.CancelledNotificationParams(
+                                    requestId=sent_ids[0],
+                                    reason="stopped by the user"
+                                    if end == "cancelled"
+                                    else "timeout",
+                                )
                             )
                         )
-                    )
-                ),
-                CANCEL_NOTICE_SECONDS,
-            )
+                    ),
+                    CANCEL_NOTICE_SECONDS,
+                )
         return CallOutcome(end)
     finally:
+        # The caller itself cancelled (a shutdown): the request must not outlive it on a
+        # session that stays open.
+        if not call.done():
+            call.cancel()
         stop.cancel()
+        if ended is not None:
+            ended.cancel()
         if unregister is not None:
             unregister()
+
+
+def _never_sent(exc: BaseException) -> bool:
+    """The request provably did not reach the server: the session's streams were already
+    closed when it was written, or the server said it no longer knows the session."""
+    if isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError):
+        return True
+    return isinstance(exc, McpError) and exc.error.code == SESSION_TERMINATED_CODE

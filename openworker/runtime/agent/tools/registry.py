@@ -24,6 +24,9 @@ class ToolRegistry:
 
     def __init__(self, tools: tuple[Tool, ...] | list[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        # Bumped by every change, so a caller holding `definitions()` knows to ask again
+        # (an MCP server may change its tools in the middle of a turn).
+        self.revision = 0
         for tool in tools:
             self.register(tool)
 
@@ -31,6 +34,11 @@ class ToolRegistry:
         if tool.name in self._tools:
             raise ValueError(f"a tool named {tool.name!r} is already registered")
         self._tools[tool.name] = tool
+        self.revision += 1
+
+    def unregister(self, name: str) -> None:
+        if self._tools.pop(name, None) is not None:
+            self.revision += 1
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
