@@ -65,6 +65,14 @@ def start_daphne(env: dict[str, str], port: int) -> procs.Proc:
     raise AssertionError("unreachable")
 
 
+def wait_turn_status(session: Session, status: str) -> None:
+    """The session's one turn reached `status` (the Celery worker runs it on its own)."""
+    deadline = time.monotonic() + LIVE_TIMEOUT_MS / 1000
+    while time.monotonic() < deadline and Turn.objects.get(session=session).status != status:
+        time.sleep(0.2)
+    assert Turn.objects.get(session=session).status == status
+
+
 def open_chat(context: Any, shot: Any, base: str, user: Any, session: Session) -> Any:
     cookie = session_cookie(user).split("=", 1)[1]
     context.add_cookies([{"name": "sessionid", "value": cookie, "url": base}])
@@ -153,12 +161,7 @@ def test_a_turn_that_failed_while_the_socket_was_down_shows_its_reason_and_retry
         page.wait_for_selector("[data-connection][data-state=reconnecting]", state="attached")
         shot(page, "server down mid-reply")
         # The worker fails the turn meanwhile (the Celery worker does not need Daphne).
-        deadline = time.monotonic() + LIVE_TIMEOUT_MS / 1000
-        while time.monotonic() < deadline:
-            if Turn.objects.get(session=session).status == "failed":
-                break
-            time.sleep(0.2)
-        assert Turn.objects.get(session=session).status == "failed"
+        wait_turn_status(session, "failed")
         assert page.locator("[data-turn-footer] .error").count() == 0, "nothing told the page"
         server = start_daphne(distributed_env, port)
         wait_connected(page)
@@ -185,3 +188,40 @@ def test_a_turn_that_failed_while_the_socket_was_down_shows_its_reason_and_retry
     finally:
         context.close()
         server.stop()
+
+
+@pytest.mark.parametrize(("viewport", "scheme"), LOOKS)
+def test_a_turn_that_failed_while_the_page_was_left_shows_its_reason_and_retry_on_return(
+    stack: str,
+    browser: Any,
+    shot: Any,
+    alice: Any,
+    curated_model: Any,
+    fake: Any,
+    viewport: dict,
+    scheme: str,
+) -> None:
+    point_provider_at(alice, "anthropic", fake.base_url, api_key=API_KEY)
+    session = Session.objects.create(owner=alice, model=MODEL, title="Left the page")
+    context = browser.new_context(viewport=viewport, color_scheme=scheme)
+    try:
+        page = open_chat(context, shot, stack, alice, session)
+        words = [f"part{i} " for i in range(30)]
+        fake.push(Reply(drip(0.1), *[text(w) for w in words], error_event("overloaded")))
+        send(page, "Fail while I read my settings")
+        wait_streamed(page, "part2")
+        page.goto(f"{stack}/settings/")  # the page (and its socket) is gone
+        wait_turn_status(session, "failed")
+        page.go_back()  # Back, as a person would: no reload button pressed
+        wait_connected(page)
+        footer = page.locator("[data-turn-footer].status-failed")
+        footer.wait_for(timeout=LIVE_TIMEOUT_MS)
+        assert "overloaded" in footer.locator(".error").inner_text()
+        assert "part29" in footer.locator("details.partial").text_content()
+        retry = footer.locator("[data-action=retry]")
+        assert retry.is_visible() and retry.is_enabled()
+        assert page.locator("[data-action=stop]").is_hidden()
+        assert page.locator("[data-live] .streamed-text").count() == 0
+        shot(page, "back on the page: failed with its reason and Retry")
+    finally:
+        context.close()

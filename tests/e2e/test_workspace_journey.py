@@ -140,7 +140,7 @@ def test_markdown_streams_formatted_and_equals_the_reload(
     assert page.locator("[data-action=stop]").is_visible()
     assert live.locator("h2").count() == 1 and live.locator("ol > li").count() == 2
     assert "Final words" not in live.inner_text()
-    shot(page, f"mid-stream formatted {scheme}")
+    shot(page, "mid-stream formatted")
     committed = assistant_with(page, "Final words")
     body = committed.locator(".msg-body")
     assert body.locator("pre code.hljs .hljs-keyword").count() >= 1
@@ -157,7 +157,7 @@ def test_markdown_streams_formatted_and_equals_the_reload(
     assert "Summarise" in page.title()
     row = page.locator(f"[data-session-id='{session.pk}'] [data-session-title]")
     assert "Summarise" in row.text_content()
-    shot(page, f"committed {scheme}")
+    shot(page, "committed")
 
     # Copy: the code block and the message's Markdown source.
     body.locator(".code-head button.copy").click()
@@ -171,7 +171,7 @@ def test_markdown_streams_formatted_and_equals_the_reload(
     wait_connected(page)
     reloaded = assistant_with(page, "Final words").locator(".msg-body").inner_html()
     assert reloaded == committed_html
-    shot(page, f"after reload {scheme}")
+    shot(page, "after reload")
 
 
 @pytest.mark.parametrize(("viewport", "scheme"), LOOKS)
@@ -197,7 +197,7 @@ def test_sidebar_groups_pin_search_rename_archive_delete(
     open_sidebar_if_phone(page, viewport)
     groups = page.locator(".session-group .group-name").all_inner_texts()
     assert [g.lower() for g in groups] == ["today", "yesterday", "previous 7 days", "older"]
-    shot(page, f"sidebar groups {scheme}")
+    shot(page, "sidebar groups")
 
     # Pin the oldest: it heads the list.
     row = page.locator(f"[data-session-id='{made['Ancient history'].pk}']")
@@ -211,7 +211,7 @@ def test_sidebar_groups_pin_search_rename_archive_delete(
     hit.first.wait_for()
     assert "zebra migration" in hit.first.locator(".snippet").inner_text()
     assert hit.count() == 1
-    shot(page, f"search snippet {scheme}")
+    shot(page, "search snippet")
     page.fill("[data-search-input]", "")
     page.locator("[data-session-groups]").wait_for(state="visible")
 
@@ -238,7 +238,7 @@ def test_sidebar_groups_pin_search_rename_archive_delete(
     row.locator("[data-action=delete-session]").click()
     row.wait_for(state="detached")
     assert not Session.objects.filter(pk=made["Last week draft"].pk).exists()
-    shot(page, f"after pin rename archive delete {scheme}")
+    shot(page, "after pin rename archive delete")
 
     if viewport is PHONE:
         page.keyboard.press("Escape")
@@ -268,6 +268,9 @@ def test_keyboard_enter_shift_enter_esc_and_shortcuts(
     box.press("Enter")
     page.locator("[data-live] .streamed-text").wait_for(timeout=LIVE_TIMEOUT_MS)
     assert box.input_value() == ""
+    mine = page.locator("[data-items] article.msg-user", has_text="line one")
+    mine.wait_for()
+    assert mine.locator(".msg-body").inner_text() == "line one\nline two", "Shift+Enter kept"
     shot(page, "streaming")
     page.keyboard.press("Escape")
     page.locator("[data-turn-footer] >> text=Stopped.").wait_for(timeout=LIVE_TIMEOUT_MS)
