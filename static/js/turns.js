@@ -131,10 +131,10 @@ export function onStatus(event) {
 }
 
 // `hello` without the turn the page was following: it ended while the socket was away,
-// so its outcome shows as a reload would.
+// so its outcome shows as a reload would (the bubble holds only what arrived before the
+// drop; the footer's partial or the committed reply has all of it).
 export function endedWhileAway(ended) {
-  const interrupted = state.stream && state.stream.turn === ended;
-  dropStream({ keep: Boolean(interrupted) });
+  dropStream({ keep: false });
   setRunning(null);
   catchUp().then(() => turnFooter(ended));
 }

@@ -122,10 +122,12 @@ def celery_worker(distributed_env: dict[str, str]) -> Iterator[procs.Proc]:
 
 
 class Shots:
-    """Numbered screenshots of one test's steps."""
+    """Numbered screenshots of one test's steps; a parametrized test's combination (for
+    example `phone-dark`) ends every file name, so shots of one step sort side by side."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, tag: str = "") -> None:
         self.folder = folder
+        self.tag = tag
         self.count = 0
         self.pages: list[object] = []
         shutil.rmtree(folder, ignore_errors=True)
@@ -133,7 +135,8 @@ class Shots:
 
     def __call__(self, page: object, name: str) -> Path:
         self.count += 1
-        path = self.folder / f"{self.count:02d}-{_slug(name)}.png"
+        suffix = f"-{self.tag}" if self.tag and self.tag not in name else ""
+        path = self.folder / f"{self.count:02d}-{_slug(name + suffix)}.png"
         page.screenshot(path=str(path), full_page=True)  # type: ignore[attr-defined]
         return path
 
@@ -148,7 +151,8 @@ class Shots:
 
 @pytest.fixture
 def shot(request: pytest.FixtureRequest) -> Shots:
-    return Shots(ARTIFACTS / _slug(request.node.name))
+    callspec = getattr(request.node, "callspec", None)
+    return Shots(ARTIFACTS / _slug(request.node.name), callspec.id if callspec else "")
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from sessions import services
 from sessions.models import Session, Turn, UserPreferences
 from sessions.selectors import workspace_root
 from tests.e2e.pages import API_KEY, LIVE_TIMEOUT_MS, MODEL, assistant_with, send, wait_connected
-from tests.fakes import Reply, drip, http_error, quota_exceeded, text, usage
+from tests.fakes import Reply, drip, http_error, quota_exceeded, rate_limited, text, usage
 from tests.support.chat import point_provider_at, session_cookie
 
 pytestmark = [pytest.mark.distributed, pytest.mark.django_db(transaction=True)]
@@ -100,10 +100,21 @@ def is_dark(page: Any) -> bool:
     return sum(background(page)) < 3 * 80
 
 
+def wait_settled(page: Any, selector: str) -> None:
+    """No CSS transition or animation runs on `selector` or inside it (a drawer has slid
+    all the way in, so its screenshot is not taken mid-slide)."""
+    page.wait_for_function(
+        "(sel) => { const el = document.querySelector(sel);"
+        " return el && el.getAnimations({ subtree: true }).length === 0; }",
+        arg=selector,
+    )
+
+
 def open_sidebar_if_phone(page: Any, viewport: dict) -> None:
     if viewport is PHONE:
         page.click("[data-action=toggle-sidebar]")
         page.locator("#sidebar").wait_for(state="visible")
+        wait_settled(page, "#sidebar")
 
 
 @pytest.mark.parametrize(("viewport", "scheme"), LOOKS)
@@ -129,7 +140,7 @@ def test_markdown_streams_formatted_and_equals_the_reload(
     assert page.locator("[data-action=stop]").is_visible()
     assert live.locator("h2").count() == 1 and live.locator("ol > li").count() == 2
     assert "Final words" not in live.inner_text()
-    shot(page, f"mid-stream formatted {scheme}")
+    shot(page, "mid-stream formatted")
     committed = assistant_with(page, "Final words")
     body = committed.locator(".msg-body")
     assert body.locator("pre code.hljs .hljs-keyword").count() >= 1
@@ -146,7 +157,7 @@ def test_markdown_streams_formatted_and_equals_the_reload(
     assert "Summarise" in page.title()
     row = page.locator(f"[data-session-id='{session.pk}'] [data-session-title]")
     assert "Summarise" in row.text_content()
-    shot(page, f"committed {scheme}")
+    shot(page, "committed")
 
     # Copy: the code block and the message's Markdown source.
     body.locator(".code-head button.copy").click()
@@ -160,7 +171,7 @@ def test_markdown_streams_formatted_and_equals_the_reload(
     wait_connected(page)
     reloaded = assistant_with(page, "Final words").locator(".msg-body").inner_html()
     assert reloaded == committed_html
-    shot(page, f"after reload {scheme}")
+    shot(page, "after reload")
 
 
 @pytest.mark.parametrize(("viewport", "scheme"), LOOKS)
@@ -186,7 +197,7 @@ def test_sidebar_groups_pin_search_rename_archive_delete(
     open_sidebar_if_phone(page, viewport)
     groups = page.locator(".session-group .group-name").all_inner_texts()
     assert [g.lower() for g in groups] == ["today", "yesterday", "previous 7 days", "older"]
-    shot(page, f"sidebar groups {scheme}")
+    shot(page, "sidebar groups")
 
     # Pin the oldest: it heads the list.
     row = page.locator(f"[data-session-id='{made['Ancient history'].pk}']")
@@ -200,7 +211,7 @@ def test_sidebar_groups_pin_search_rename_archive_delete(
     hit.first.wait_for()
     assert "zebra migration" in hit.first.locator(".snippet").inner_text()
     assert hit.count() == 1
-    shot(page, f"search snippet {scheme}")
+    shot(page, "search snippet")
     page.fill("[data-search-input]", "")
     page.locator("[data-session-groups]").wait_for(state="visible")
 
@@ -227,21 +238,25 @@ def test_sidebar_groups_pin_search_rename_archive_delete(
     row.locator("[data-action=delete-session]").click()
     row.wait_for(state="detached")
     assert not Session.objects.filter(pk=made["Last week draft"].pk).exists()
-    shot(page, f"after pin rename archive delete {scheme}")
+    shot(page, "after pin rename archive delete")
 
     if viewport is PHONE:
         page.keyboard.press("Escape")
         page.locator("#sidebar").wait_for(state="hidden")
+        wait_settled(page, "#sidebar")
         # The first screen is the conversation, not chrome: the header is one short row.
         head = page.locator(".chat-head").bounding_box()
         assert head["height"] < 80, head
         shot(page, "phone drawer closed")
 
 
-def test_keyboard_enter_shift_enter_esc_and_shortcuts(open_page, shot, alice, curated_model, fake):
+@pytest.mark.parametrize(("viewport", "scheme"), LOOKS)
+def test_keyboard_enter_shift_enter_esc_and_shortcuts(
+    open_page, shot, alice, curated_model, fake, viewport, scheme
+):
     point_provider_at(alice, "anthropic", fake.base_url, api_key=API_KEY)
     session = Session.objects.create(owner=alice, model=MODEL, title="Keys")
-    page = open_page(alice, f"/sessions/{session.pk}/")
+    page = open_page(alice, f"/sessions/{session.pk}/", viewport=viewport, scheme=scheme)
     wait_connected(page)
     box = page.locator("[data-composer-text]")
     box.fill("line one")
@@ -253,6 +268,9 @@ def test_keyboard_enter_shift_enter_esc_and_shortcuts(open_page, shot, alice, cu
     box.press("Enter")
     page.locator("[data-live] .streamed-text").wait_for(timeout=LIVE_TIMEOUT_MS)
     assert box.input_value() == ""
+    mine = page.locator("[data-items] article.msg-user", has_text="line one")
+    mine.wait_for()
+    assert mine.locator(".msg-body").inner_text() == "line one\nline two", "Shift+Enter kept"
     shot(page, "streaming")
     page.keyboard.press("Escape")
     page.locator("[data-turn-footer] >> text=Stopped.").wait_for(timeout=LIVE_TIMEOUT_MS)
@@ -303,10 +321,11 @@ def test_the_theme_follows_the_system_and_a_choice_is_remembered(open_page, shot
     assert not is_dark(page)
 
 
+@pytest.mark.parametrize(("viewport", "scheme"), LOOKS)
 def test_a_first_run_without_a_key_says_so_before_typing_and_picks_a_usable_model(
-    open_page, shot, alice, curated_model, fake, stack
+    open_page, shot, alice, curated_model, fake, stack, viewport, scheme
 ):
-    page = open_page(alice, "/")
+    page = open_page(alice, "/", viewport=viewport, scheme=scheme)
     page.click("button:has-text('Start a session')")
     page.wait_for_url(re.compile(r"/sessions/[0-9a-f-]+/$"))
     note = page.locator("[data-no-key]")
@@ -325,12 +344,13 @@ def test_a_first_run_without_a_key_says_so_before_typing_and_picks_a_usable_mode
     shot(page, "key present: no note")
 
 
+@pytest.mark.parametrize(("viewport", "scheme"), LOOKS)
 def test_errors_are_plain_words_and_clear_when_a_retry_starts(
-    open_page, shot, alice, curated_model, fake
+    open_page, shot, alice, curated_model, fake, viewport, scheme
 ):
     point_provider_at(alice, "anthropic", fake.base_url, api_key=API_KEY)
     session = Session.objects.create(owner=alice, model=MODEL, title="Errors")
-    page = open_page(alice, f"/sessions/{session.pk}/")
+    page = open_page(alice, f"/sessions/{session.pk}/", viewport=viewport, scheme=scheme)
     wait_connected(page)
     fake.push(Reply(quota_exceeded()))
     send(page, "hello")
@@ -361,12 +381,67 @@ def test_errors_are_plain_words_and_clear_when_a_retry_starts(
     shot(page, "upstream error in plain words")
 
 
-def test_files_panel_favicon_and_meter(open_page, shot, alice, stack):
+# Short enough for the transport to honour (it waits, retries twice, then gives up and
+# reports it): the page then counts these seconds down before Retry is allowed.
+RETRY_AFTER_SECONDS = 3
+COUNTDOWN_LOG = """() => { window.__countdown = [];
+  new MutationObserver(() => {
+    const el = document.querySelector('[data-retry-countdown]');
+    const last = window.__countdown[window.__countdown.length - 1];
+    if (el && el.textContent !== last) window.__countdown.push(el.textContent);
+  }).observe(document.querySelector('[data-items]'),
+    { childList: true, subtree: true, characterData: true }); }"""
+
+
+@pytest.mark.parametrize(("viewport", "scheme"), LOOKS)
+def test_a_rate_limit_says_so_counts_down_to_the_next_attempt_and_clears_on_retry(
+    open_page, shot, alice, curated_model, fake, viewport, scheme
+):
+    point_provider_at(alice, "anthropic", fake.base_url, api_key=API_KEY)
+    session = Session.objects.create(owner=alice, model=MODEL, title="Rate limited")
+    page = open_page(alice, f"/sessions/{session.pk}/", viewport=viewport, scheme=scheme)
+    wait_connected(page)
+    page.evaluate(COUNTDOWN_LOG)
+    for _ in range(3):  # the first attempt and the transport's two retries
+        fake.push(Reply(rate_limited(retry_after=RETRY_AFTER_SECONDS)))
+    send(page, "hello")
+    footer = page.locator("[data-turn-footer]", has=page.locator(".error"))
+    footer.wait_for(timeout=60_000)
+    words = footer.locator(".error").inner_text()
+    assert "limiting how often you can send" in words, words
+    assert "429" not in words and "HTTP" not in words and "Errno" not in words, words
+    retry = footer.locator("[data-action=retry]")
+    assert retry.is_disabled(), "Retry waits for the countdown"
+    shot(page, "rate limited, counting down")
+    page.wait_for_function(
+        "() => document.querySelector('[data-retry-countdown]')?.textContent"
+        " === 'You can retry now.'",
+        timeout=LIVE_TIMEOUT_MS,
+    )
+    seen = page.evaluate("window.__countdown")
+    counted = [int(n) for n in re.findall(r"retry in (\d+) s", " ".join(seen))]
+    assert counted == list(range(RETRY_AFTER_SECONDS, 0, -1)), seen
+    assert seen[-1] == "You can retry now."
+    assert retry.is_enabled()
+    shot(page, "countdown over, Retry allowed")
+    fake.push(Reply(drip(0.1), *[text(f"fine{i} ") for i in range(20)]))
+    retry.click()
+    # The error goes as soon as the new attempt starts, not when its reply ends.
+    page.locator("[data-turn-footer] .error").wait_for(state="detached", timeout=LIVE_TIMEOUT_MS)
+    committed = page.locator("[data-items] article.msg-assistant[data-seq]", has_text="fine19")
+    assert committed.count() == 0, "the error stayed until the reply had ended"
+    assistant_with(page, "fine19")
+    assert page.locator("[data-retry-countdown]").count() == 0
+    shot(page, "retried after the countdown")
+
+
+@pytest.mark.parametrize(("viewport", "scheme"), LOOKS)
+def test_files_panel_favicon_and_meter(open_page, shot, alice, stack, viewport, scheme):
     session = Session.objects.create(owner=alice, model="anthropic:no-such-model", title="Files")
     root = workspace_root(session.pk)
     (root / "out").mkdir(parents=True, exist_ok=True)
     (root / "out" / "report.md").write_text("# Report\n")
-    page = open_page(alice, f"/sessions/{session.pk}/")
+    page = open_page(alice, f"/sessions/{session.pk}/", viewport=viewport, scheme=scheme)
     wait_connected(page)
     assert not page.locator("[data-context-meter]").is_visible(), "unknown window: no meter"
     page.click("button[data-action=toggle-files][aria-controls]")
