@@ -315,6 +315,12 @@ MAX_ATTACHMENT_BYTES = envint("MAX_ATTACHMENT_BYTES", 20 * 1024 * 1024, minimum=
 MAX_ATTACHMENTS_PER_MESSAGE = envint("MAX_ATTACHMENTS_PER_MESSAGE", 10, minimum=1)
 # Deltas are coalesced into one socket frame per this many seconds (not one per token).
 STREAM_COALESCE_SECONDS = envfloat("STREAM_COALESCE_SECONDS", 0.04)
+# Turns one process runs at once (a worker process in distributed mode, Daphne in
+# embedded mode); the rest wait first come first served, their pages told their place
+# (openworker/runtime/turns/admission.py). 200 is what one process streamed in real time
+# on a 2-core machine at 20 tokens/s per turn with p99 added latency under 50 ms
+# (docs/PERFORMANCE.md); past it every stream slowed and, at 1,000, turns were lost.
+TURNS_PER_PROCESS = envint("OPENWORKER_TURNS_PER_PROCESS", 200, minimum=1)
 # Threads a worker process's turns share for their database calls (openworker/dbcall.py).
 WORKER_DB_THREADS = envint("OPENWORKER_DB_THREADS", 1, minimum=1)
 
