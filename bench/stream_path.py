@@ -72,7 +72,7 @@ TARGET_P99_MS_EMBEDDED = 100.0
 WORKER_HEADROOM = 8
 # Websocket handshakes opened at once: Daphne's listen backlog is small, and a burst of
 # hundreds of SYNs gets some dropped and retried a second later.
-CONNECT_CONCURRENCY = 25
+CONNECT_CONCURRENCY = 10
 # A loaded machine (load average 10 on 2 cores) drops more: the page's socket keeps
 # trying, and so does the bench (setup, not measured: the clock starts at the sends).
 CONNECT_ATTEMPTS = 8
