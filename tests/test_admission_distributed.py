@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connection
 
 from sessions.models import Message, Session, Turn
 from tests.fakes import Reply, drip, text
@@ -45,9 +46,13 @@ def test_a_burst_beyond_a_workers_capacity_waits_its_turn_and_loses_nothing(
 
         def one(index: int) -> list[dict]:
             user, session = pairs[index]
-            with open_ws(daphne_server, user, session) as ws:
-                ws.send(json.dumps({"type": "send", "text": "stream, please"}))
-                return read_sync_until_status(ws, timeout=90)
+            try:
+                with open_ws(daphne_server, user, session) as ws:
+                    ws.send(json.dumps({"type": "send", "text": "stream, please"}))
+                    return read_sync_until_status(ws, timeout=90)
+            finally:
+                # The sign-in cookie took a pooled connection in this thread: give it back.
+                connection.close()
 
         pages = list(pool.map(one, range(BURST)))
 
