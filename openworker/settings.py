@@ -268,7 +268,17 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_POOL = "threads"
-CELERY_WORKER_CONCURRENCY = envint("CELERY_WORKER_CONCURRENCY", 32, minimum=1)
+# Turns one process runs at once (a worker process in distributed mode, Daphne in
+# embedded mode); the rest wait first come first served, their pages told their place
+# (openworker/runtime/turns/admission.py). 200 is what one process streamed in real time
+# on a 2-core machine at 20 tokens/s per turn with p99 added latency under 50 ms
+# (docs/PERFORMANCE.md); past it every stream slowed and, at 1,000, turns were lost.
+TURNS_PER_PROCESS = envint("OPENWORKER_TURNS_PER_PROCESS", 200, minimum=1)
+# A Celery thread per turn delivered, running or waiting its place: more threads than
+# turns admitted, so the admission queue (which tells pages their place and holds the
+# turns against re-dispatch), not the broker, is where a burst waits. A waiting thread
+# only blocks; the pool starts threads as tasks come.
+CELERY_WORKER_CONCURRENCY = envint("CELERY_WORKER_CONCURRENCY", 4 * TURNS_PER_PROCESS, minimum=1)
 CELERY_TASK_TIME_LIMIT = TURN_TIME_LIMIT_SECONDS
 CELERY_TASK_SOFT_TIME_LIMIT = TURN_TIME_LIMIT_SECONDS - 30
 # Must exceed the task time limit, or Redis redelivers a turn that is still running.

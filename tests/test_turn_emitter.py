@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,8 +17,14 @@ import redis.asyncio as aioredis
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from openworker.runtime.live import events, replay
-from openworker.runtime.live.emitter import TurnEmitter
+from openworker.runtime.live import events, redis_batch, replay
+from openworker.runtime.live.emitter import (
+    BACKLOG_ROOM,
+    LOAD_PROBE_SECONDS,
+    MAX_COALESCE_SECONDS,
+    LoopLoad,
+    TurnEmitter,
+)
 from openworker.runtime.live.redis_batch import batcher_for
 from openworker.runtime.live.replay import REFRESH_TTL_EVERY, RUNNING_TTL_SECONDS, RedisReplayBuffer
 
@@ -201,6 +208,70 @@ def test_a_quiet_delta_goes_out_at_once_and_a_burst_once_per_window(recorder, vi
     loop.run_until_complete(emitter.close())  # close sends what is held
     assert recorder.texts() == ["a", "bc", "de", "f", "g"]
     assert_appended_then_published_gaplessly(recorder, first_seq=1)
+
+
+# --- adaptive coalescing ---------------------------------------------------------------------
+
+
+class FixedLoad:
+    """A loop load whose window the test sets."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def window(self, floor: float) -> float:
+        return max(floor, self.seconds)
+
+
+def test_with_room_each_token_is_a_frame_and_under_load_a_window_carries_many(
+    recorder, virtual_loop
+) -> None:
+    loop, at = virtual_loop
+    load = FixedLoad()
+    emitter = emitter_for(recorder, coalesce_seconds=0.0, load=load)
+
+    def delta(value: str) -> None:
+        async def call() -> None:
+            emitter.delta(text=value)
+
+        loop.run_until_complete(call())
+
+    for index, token in enumerate("abcd"):
+        at(index * 0.01)
+        delta(token)
+    assert recorder.texts() == ["a", "b", "c", "d"]  # room: one frame per token
+
+    load.seconds = 0.2  # the loop or the publisher falls behind
+    for index, token in enumerate("efghij"):
+        at(1.0 + index * 0.01)
+        delta(token)
+    assert recorder.texts() == ["a", "b", "c", "d", "e"]  # leading edge, then held
+    at(1.2)
+    assert recorder.texts() == ["a", "b", "c", "d", "e", "fghij"]
+    assert_appended_then_published_gaplessly(recorder, first_seq=1)
+
+
+async def test_the_window_widens_with_the_loops_lateness_and_the_redis_backlog(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    load = LoopLoad()
+    assert load.window(0.04) == 0.04  # room: the configured window
+    load.lag = 0.025
+    assert load.window(0.04) == pytest.approx(0.1)
+    load.lag = 5.0
+    assert load.window(0.04) == MAX_COALESCE_SECONDS  # never wider than this
+    load.lag = 0.0
+    monkeypatch.setattr(redis_batch, "backlog", lambda: 4 * BACKLOG_ROOM)
+    assert load.window(0.04) == pytest.approx(0.16)
+
+
+async def test_the_load_probe_sees_a_loop_that_was_blocked() -> None:
+    load = LoopLoad()
+    load.window(0.04)  # an emitter asks: the probe starts
+    time.sleep(0.3)  # the loop is stuck in someone's code
+    await asyncio.sleep(LOAD_PROBE_SECONDS * 2)
+    assert load.lag >= 0.1
+    assert load.window(0.04) > 0.04
 
 
 # --- failures and waiting ---------------------------------------------------------------------

@@ -47,6 +47,10 @@ function onEvent(event) {
         catchUp();
       }
       break;
+    case "turn.queued": // the worker is busy: the turn waits its place (issue 26)
+      setRunning(event.turn);
+      showConnection(`Waiting for a worker… position ${Number(event.position) || 1} in the queue`);
+      break;
     case "turn.status":
       onStatus(event);
       break;

@@ -145,8 +145,10 @@ class _TurnRun:
             usage=dict(turn.usage or {}) or None, steps=turn.steps, cost=turn.cost
         )
         self.check_own_key = True
-        # Whether this turn's router may use the organisation's keys (the model policy).
+        # Whether this turn's router may use the organisation's keys (the model policy),
+        # and the policy's answer per model this turn used (decided once per turn).
         self.org_keys = True
+        self.allowed: dict[str, bool] = {}
         # Set when TURN_TIME_LIMIT_SECONDS ran out: the cancel that follows is a failure.
         self.timed_out = False
 
@@ -184,21 +186,15 @@ class _TurnRun:
                 "turn.status", status=Turn.Status.RUNNING, model=self.turn.model
             )
             # The one model policy, before any model call of the turn (a send, a retry,
-            # an imported session's model): refused, the turn fails saying why.
+            # an imported session's model): refused, the turn fails saying why. Decided
+            # once per turn, with the router in the same database call (one thread hop
+            # per turn start, not two: a burst of starts queues on one thread).
             try:
-                decision = await _db(model_require_for_user_id)(
-                    user_id=self.session.owner_id,
-                    model=self.turn.model,
-                    check_own_key=self.check_own_key,
-                )
+                provider = await _db(self._provider_if_allowed)()
             except ModelRefused as exc:
                 status = Turn.Status.FAILED
                 await self._finish(status, "model_refused", str(exc))
                 return
-            self.org_keys = decision.org_keys
-            # One router for the turn and its title (building one reads and decrypts the
-            # owner's profiles and opens a connection).
-            provider = await _db(self._build_provider)()
             status, kind, error = await self._loop_within_time_limit(provider)
             await self._finish(status, kind, error)
             if status == Turn.Status.COMPLETED and not self.session.title:
@@ -256,6 +252,17 @@ class _TurnRun:
         self.timed_out = True
         self.cancel.cancel()
 
+    def _provider_if_allowed(self) -> ProviderClient:
+        """The turn's router, once the model policy allows the turn's model (ModelRefused
+        when not). One router for the turn and its title: building one reads and decrypts
+        the owner's profiles and opens a connection."""
+        decision = model_require_for_user_id(
+            user_id=self.session.owner_id, model=self.turn.model, check_own_key=self.check_own_key
+        )
+        self.org_keys = decision.org_keys
+        self.allowed[self.turn.model] = True
+        return self._build_provider()
+
     def _build_provider(self) -> ProviderClient:
         if self.provider_factory is router_for_user and not self.org_keys:
             return router_for_user(self.session.owner_id, org_keys=False)
@@ -266,10 +273,13 @@ class _TurnRun:
         router: the policy allows it, and never on keys the turn's own model may not use."""
         if model == self.turn.model:
             return True
-        decision = await _db(model_decide_for_user_id)(
-            user_id=self.session.owner_id, model=model, check_own_key=self.check_own_key
-        )
-        return decision.allowed and (decision.org_keys or not self.org_keys)
+        if model not in self.allowed:
+            # Once per model per turn: a compaction and a title may both ask.
+            decision = await _db(model_decide_for_user_id)(
+                user_id=self.session.owner_id, model=model, check_own_key=self.check_own_key
+            )
+            self.allowed[model] = decision.allowed and (decision.org_keys or not self.org_keys)
+        return self.allowed[model]
 
     async def _title(self, provider: ProviderClient) -> None:
         """Name a new session after its first exchange (a short model call, or the first

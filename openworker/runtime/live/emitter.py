@@ -1,10 +1,15 @@
 """The turn's outgoing event stream: sequence numbers, coalescing, replay, publishing.
 
 Every event carries the turn id and a per-turn `seq`. Text and reasoning deltas are
-coalesced for `STREAM_COALESCE_SECONDS` (tens of ms) into one event rather than one
-frame per token. Each event goes to the replay buffer first, then to the session's
-channel-layer group; neither failing stops the turn (the transcript in the database is
-the source of truth, and a client resumes from the buffer).
+coalesced into one event per window rather than one frame per token. The window adapts
+to load (`LoopLoad`): `STREAM_COALESCE_SECONDS` (tens of ms; with the leading edge, a
+frame per token at a model's usual 20-80 tokens/s) while there is room, widening up to
+`MAX_COALESCE_SECONDS` when the event loop runs late or the Redis pipelines fall behind,
+so a loaded process sends fewer, bigger frames (each costs about the same in the worker
+and in Daphne whatever it carries) instead of falling further behind. Each event goes
+to the replay buffer first, then to the session's channel-layer group; neither failing
+stops the turn (the transcript in the database is the source of truth, and a client
+resumes from the buffer).
 
 A failed append (Redis down or restarted empty) starts a repair: the emitter holds new
 events back, and once Redis answers again it rewrites the turn's whole buffer from the
@@ -19,10 +24,11 @@ import asyncio
 import contextlib
 import functools
 import logging
+import weakref
 from collections import deque
 from typing import Any
 
-from openworker.runtime.live import events
+from openworker.runtime.live import events, redis_batch
 from openworker.runtime.live.replay import ReplayBuffer
 
 logger = logging.getLogger(__name__)
@@ -44,6 +50,69 @@ EMIT_REPAIR_WAIT_SECONDS = 5.0
 _REPAIRS: set[asyncio.Task[Any]] = set()
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "interrupted"})
 
+# Adaptive coalescing. The widest window: a quarter second still reads as streaming, and
+# is six frames where 40 ms windows are one per token at 20 tokens/s.
+MAX_COALESCE_SECONDS = 0.25
+# The loop's lateness is probed this often while turns stream (20 wake-ups a second).
+LOAD_PROBE_SECONDS = 0.05
+# A loop running this late widens the window to LAG_WIDENING times its lateness: a loop
+# 25 ms behind sends a frame per 100 ms, 60 ms behind the widest.
+LAG_WIDENING = 4.0
+# Commands waiting behind a Redis round trip before the window widens, and how much per
+# as many again: a few hundred is one pipeline's worth (redis_batch.MAX_BATCH).
+BACKLOG_ROOM = 256
+# The probe stops when no emitter asked for the window this long (an idle process).
+LOAD_IDLE_SECONDS = 2.0
+
+
+class LoopLoad:
+    """How loaded this event loop is, for the coalescing window: how late a timer fires
+    (every LOAD_PROBE_SECONDS; up at once, down over about a second) and the Redis
+    batchers' backlog. Probes only while emitters ask."""
+
+    def __init__(self) -> None:
+        self.lag = 0.0
+        self._due = 0.0
+        self._handle: asyncio.TimerHandle | None = None
+        self._asked = 0.0
+
+    def window(self, floor: float) -> float:
+        """The coalescing window now: `floor` with room, wider under load."""
+        loop = asyncio.get_running_loop()
+        self._asked = loop.time()
+        if self._handle is None:
+            self._due = self._asked + LOAD_PROBE_SECONDS
+            self._handle = loop.call_later(LOAD_PROBE_SECONDS, self._tick)
+        wanted = LAG_WIDENING * self.lag
+        waiting = redis_batch.backlog()
+        if waiting > BACKLOG_ROOM:
+            wanted = max(wanted, floor * waiting / BACKLOG_ROOM)
+        return max(floor, min(MAX_COALESCE_SECONDS, wanted))
+
+    def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        late = max(0.0, now - self._due)
+        self.lag = late if late > self.lag else 0.8 * self.lag + 0.2 * late
+        if now - self._asked > LOAD_IDLE_SECONDS:
+            self._handle = None
+            self.lag = 0.0
+            return
+        self._due = now + LOAD_PROBE_SECONDS
+        self._handle = loop.call_later(LOAD_PROBE_SECONDS, self._tick)
+
+
+_loads: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopLoad] = weakref.WeakKeyDictionary()
+
+
+def loop_load() -> LoopLoad:
+    """The running event loop's load probe."""
+    loop = asyncio.get_running_loop()
+    load = _loads.get(loop)
+    if load is None:
+        load = _loads[loop] = LoopLoad()
+    return load
+
 
 class TurnEmitter:
     """Numbers, coalesces and sends one turn's events.
@@ -63,12 +132,15 @@ class TurnEmitter:
         buffer: ReplayBuffer,
         start_seq: int = 0,
         coalesce_seconds: float = 0.04,
+        load: LoopLoad | None = None,
     ) -> None:
         self.session_id = session_id
         self.turn_id = turn_id
         self.buffer = buffer
         self.seq = start_seq
         self.coalesce_seconds = coalesce_seconds
+        # None: the running loop's (`loop_load()`), taken at the first delta.
+        self._load = load
         self._text: list[str] = []
         self._reasoning: list[str] = []
         self._flush_handle: asyncio.TimerHandle | None = None
@@ -101,7 +173,8 @@ class TurnEmitter:
 
     def delta(self, *, text: str | None = None, reasoning: str | None = None) -> None:
         """Buffer a delta. After a quiet spell it goes out at once; during a burst, at most
-        one frame per `coalesce_seconds` (a flush is scheduled for the end of the window)."""
+        one frame per window (a flush is scheduled for its end): `coalesce_seconds` with
+        room, wider under load (`LoopLoad.window`)."""
         if text:
             self._text.append(text)
         if reasoning:
@@ -109,7 +182,9 @@ class TurnEmitter:
         if self._flush_handle is not None or not (self._text or self._reasoning):
             return
         loop = asyncio.get_running_loop()
-        wait = self._last_flush + self.coalesce_seconds - loop.time()
+        if self._load is None:
+            self._load = loop_load()
+        wait = self._last_flush + self._load.window(self.coalesce_seconds) - loop.time()
         if wait <= 0:
             self.flush_now()
         else:

@@ -169,6 +169,13 @@ class CommandBatcher:
         self.pipe = RespPipe(url)
         self._pending: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
         self._drain_task: asyncio.Task[None] | None = None
+        _BATCHERS.add(self)
+
+    @property
+    def backlog(self) -> int:
+        """Commands queued behind the pipeline in flight: how far the publisher is behind
+        (the emitter widens its coalescing window with it)."""
+        return len(self._pending)
 
     def submit(self, *args: Any) -> asyncio.Future[Any]:
         """Queue one command now (synchronously, so callers' order is Redis's order);
@@ -215,6 +222,16 @@ class CommandBatcher:
 
     async def aclose(self) -> None:
         await self.pipe.aclose()
+
+
+# Every batcher of the process, for `backlog()`.
+_BATCHERS: weakref.WeakSet[CommandBatcher] = weakref.WeakSet()
+
+
+def backlog() -> int:
+    """The longest queue of commands waiting behind a round trip, over this process's
+    batchers (the replay buffer's and the channel layer's)."""
+    return max((batcher.backlog for batcher in list(_BATCHERS)), default=0)
 
 
 _per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], Any]] = (

@@ -261,6 +261,19 @@ def turns_expire_leases(*, now: Any = None) -> list[Turn]:
     return changed
 
 
+def turns_hold_queued(*, turn_ids: list[str], now: Any = None) -> dict[str, str]:
+    """Renew the hand-over time of queued turns waiting in a process for a place
+    (`runtime.turns.admission`), so `turns_take_stranded` leaves them alone while that
+    process lives. Returns {turn id: session id} of those still queued (the others were
+    stopped meanwhile). One UPDATE and one SELECT however many wait."""
+    if not turn_ids:
+        return {}
+    now = now or timezone.now()
+    waiting = Turn.objects.filter(pk__in=turn_ids, status=Turn.Status.QUEUED)
+    waiting.update(heartbeat_at=now)
+    return {str(pk): str(session_id) for pk, session_id in waiting.values_list("pk", "session_id")}
+
+
 def turns_take_stranded(*, now: Any = None, skip: frozenset[str] = frozenset()) -> list[str]:
     """Queued turns to hand to the runner again: waiting REDISPATCH_AFTER_SECONDS since
     they were last handed over. The database, not the broker, says which turns must run

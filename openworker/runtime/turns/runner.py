@@ -24,8 +24,8 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from openworker.runtime.agent.engine import run_turn
 from openworker.runtime.agent.tools import mcp_pool
+from openworker.runtime.turns.admission import run_admitted
 from openworker.runtime.turns.tasks import run_turn_task
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class EmbeddedRunner:
         loop.call_soon_threadsafe(self._start, turn_id, context=contextvars.Context())
 
     def _start(self, turn_id: str) -> None:
-        task = asyncio.ensure_future(run_turn(turn_id))
+        task = asyncio.ensure_future(run_admitted(turn_id))
         self._tasks[turn_id] = task
         task.add_done_callback(lambda _t: self._tasks.pop(turn_id, None))
 

@@ -11,8 +11,8 @@ from celery import shared_task
 from celery.signals import worker_ready, worker_shutdown
 
 from openworker.gc_tuning import tune_for_serving
-from openworker.runtime.agent.engine import run_turn
 from openworker.runtime.agent.tools import mcp_pool
+from openworker.runtime.turns.admission import run_admitted
 from openworker.runtime.turns.worker_loop import worker_loop
 
 # The registered name predates this module's move out of `sessions.tasks`: messages queued
@@ -25,7 +25,7 @@ RUN_TURN_TASK = "sessions.tasks.run_turn_task"
 # lease makes that redelivery a no-op once the sweeper marked the turn interrupted.
 @shared_task(name=RUN_TURN_TASK, acks_late=True, ignore_result=True, max_retries=0)
 def run_turn_task(turn_id: str) -> None:
-    worker_loop.run(run_turn(turn_id))
+    worker_loop.run(run_admitted(turn_id))
 
 
 @worker_ready.connect

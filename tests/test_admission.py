@@ -1,0 +1,155 @@
+"""Admission control (embedded, in-process): a process runs at most TURNS_PER_PROCESS
+turns at once; the others wait first come first served, their pages told their place,
+and every one of them completes with every token. A turn stopped while it waits never
+runs; a waiting turn is never handed over again by the sweeper; a duplicate delivery
+runs nothing twice."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from openworker.runtime.store import turn_state
+from openworker.runtime.turns import admission, runner
+from sessions.models import Message, Session, Turn
+from tests.fakes import Reply, drip, text
+from tests.support.chat import assert_gapless, point_provider_at, read_until_status, streamed_text
+from tests.test_engine_embedded import open_socket
+
+pytestmark = pytest.mark.django_db(transaction=True)
+MODEL = "anthropic:claude-test-1"
+WORDS = [f"w{i} " for i in range(20)]
+
+
+def _users_with_sessions(count: int, fake: Any) -> list[tuple[Any, Session]]:
+    out = []
+    for index in range(count):
+        user = get_user_model().objects.create_user(f"queued-{index}", password=None)
+        point_provider_at(user, "anthropic", fake.base_url)
+        out.append((user, Session.objects.create(owner=user, model=MODEL)))
+    return out
+
+
+async def _send_in_order(sockets: list[Any]) -> None:
+    """Send on each socket, one after another: the order the turns arrive in."""
+    for ws in sockets:
+        await ws.send_json_to({"type": "send", "text": "stream, please"})
+        assert (await ws.receive_json_from(timeout=10))["type"] == "message.user"
+
+
+async def test_a_burst_beyond_capacity_waits_in_order_and_every_turn_streams_in_full(
+    settings: Any, anthropic_fake: Any
+) -> None:
+    settings.TURNS_PER_PROCESS = 2
+    for _ in range(5):
+        anthropic_fake.push(Reply(drip(0.1), *[text(w) for w in WORDS]))
+    pairs = await sync_to_async(_users_with_sessions)(5, anthropic_fake)
+    runner.embedded_runner.bind(asyncio.get_running_loop())
+    sockets = [await open_socket(user, session) for user, session in pairs]
+    await _send_in_order(sockets)
+
+    pages = await asyncio.gather(*(read_until_status(ws, timeout=60) for ws in sockets))
+
+    for events in pages:
+        assert events[-1]["status"] == "completed"
+        assert streamed_text(events) == "".join(WORDS)
+        assert_gapless(events)
+    places = [[e["position"] for e in events if e["type"] == "turn.queued"] for events in pages]
+    # The first two ran at once; the others were told their place on arrival, and it
+    # only ever came closer.
+    assert places[0] == places[1] == []
+    assert [p[0] for p in places[2:]] == [1, 2, 3]
+    for seen in places[2:]:
+        assert seen == sorted(seen, reverse=True)
+    # Told before it ran, and numbered with the turn's events.
+    for events in pages[2:]:
+        kinds = [e["type"] for e in events]
+        assert kinds.index("turn.queued") < kinds.index("turn.status")
+        assert events[0]["seq"] == 1
+    # First come, first served.
+    turn_ids = [events[-1]["turn"] for events in pages]
+    started = {
+        str(pk): at
+        async for pk, at in Turn.objects.filter(pk__in=turn_ids).values_list("pk", "started_at")
+    }
+    assert sorted(turn_ids[2:], key=started.__getitem__) == turn_ids[2:]
+    assert len(anthropic_fake.requests) == 5
+    for ws in sockets:
+        await ws.disconnect()
+
+
+async def test_a_turn_stopped_while_it_waits_never_runs(settings: Any, anthropic_fake: Any) -> None:
+    settings.TURNS_PER_PROCESS = 1
+    anthropic_fake.push(Reply(drip(0.1), *[text(w) for w in WORDS]))
+    pairs = await sync_to_async(_users_with_sessions)(2, anthropic_fake)
+    runner.embedded_runner.bind(asyncio.get_running_loop())
+    first, second = [await open_socket(user, session) for user, session in pairs]
+    await _send_in_order([first, second])
+    queued = await second.receive_json_from(timeout=10)
+    assert queued["type"] == "turn.queued" and queued["position"] == 1
+
+    await second.send_json_to({"type": "stop", "turn": queued["turn"]})
+    stopped = await read_until_status(second, timeout=10)
+    assert stopped[-1]["status"] == "cancelled"
+    assert (await read_until_status(first, timeout=30))[-1]["status"] == "completed"
+    await runner.embedded_runner.wait(queued["turn"])
+
+    assert len(anthropic_fake.requests) == 1
+    assert (await Turn.objects.aget(pk=queued["turn"])).status == "cancelled"
+    assert not await Message.objects.filter(turn_id=queued["turn"], role="assistant").aexists()
+    await first.disconnect()
+    await second.disconnect()
+
+
+async def test_a_waiting_turn_is_held_so_the_sweeper_does_not_hand_it_over_again(
+    settings: Any, anthropic_fake: Any
+) -> None:
+    settings.TURNS_PER_PROCESS = 1
+    anthropic_fake.push(Reply(drip(0.1), *[text(w) for w in WORDS]))
+    pairs = await sync_to_async(_users_with_sessions)(2, anthropic_fake)
+    runner.embedded_runner.bind(asyncio.get_running_loop())
+    first, second = [await open_socket(user, session) for user, session in pairs]
+    await _send_in_order([first, second])
+    queued = await second.receive_json_from(timeout=10)
+    assert queued["type"] == "turn.queued"
+    # As if it had waited past the redispatch delay without anyone holding it.
+    past = timezone.now() - timedelta(seconds=turn_state.REDISPATCH_AFTER_SECONDS + 1)
+    await Turn.objects.filter(pk=queued["turn"]).aupdate(heartbeat_at=past)
+
+    await admission.admission().hold_once()
+
+    assert await sync_to_async(turn_state.turns_take_stranded)() == []
+    for ws in (first, second):
+        assert (await read_until_status(ws, timeout=30))[-1]["status"] == "completed"
+        await ws.disconnect()
+
+
+async def test_a_duplicate_delivery_of_a_running_or_waiting_turn_runs_nothing_twice() -> None:
+    gate = asyncio.Event()
+    runs: list[str] = []
+
+    async def start(turn_id: str) -> None:
+        runs.append(turn_id)
+        await gate.wait()
+
+    control = admission.Admission(capacity=1)
+    control.hold_once = _no_database  # type: ignore[method-assign]
+    tasks = [asyncio.ensure_future(control.run(turn_id, start)) for turn_id in "aab"]
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert control.positions() == {"b": 1}
+    await control.run("b", start)  # a duplicate of the waiting one returns at once
+    gate.set()
+    await asyncio.gather(*tasks)
+    assert runs == ["a", "b"]
+    assert not control.running and not control.waiting
+
+
+async def _no_database() -> None:
+    return None

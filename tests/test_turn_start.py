@@ -1,0 +1,83 @@
+"""What a turn start costs the worker's database: counted statements of a one-step turn,
+and the thread hops they take. A burst of a thousand sends queues these on one database
+thread (openworker/runtime/store/dbcall.py), so each one shows in the first token of the
+last turn of the burst (bench/stream_path.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from openworker.runtime.agent import engine
+from openworker.runtime.agent.tools.registry import default_registry
+from openworker.runtime.turns import commands, runner
+from providers.edge.matrix import curated_matrix
+from sessions.models import CompactionSettings, Session
+from tests.fakes import Reply, text
+from tests.support.chat import point_provider_at
+
+pytestmark = pytest.mark.django_db(transaction=True)
+IGNORED = {"BEGIN", "COMMIT", "SAVEPOINT", "RELEASE"}
+
+
+def _queued_turn(owner: Any, fake: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    point_provider_at(owner, "anthropic", fake.base_url)
+    # Titled: no title call; compaction settings saved once, as on any running site.
+    session = Session.objects.create(owner=owner, model="anthropic:claude-test-1", title="t")
+    CompactionSettings.load()
+    # The curated models as a running process has them (memoised, reloaded on change).
+    curated_matrix()
+    fake.push(Reply(text("Hello.")))
+    monkeypatch.setattr(runner, "_dispatch", lambda turn_id: None)
+    return str(commands.turn_send(session=session, user=owner, text="hello").pk)
+
+
+def test_a_one_step_turn_is_fourteen_statements_in_four_engine_hops(
+    owner: Any, anthropic_fake: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    turn_id = _queued_turn(owner, anthropic_fake, monkeypatch)
+    hops: list[str] = []
+    real_db = engine._db
+
+    def counting_db(fn: Any, **kwargs: Any) -> Any:
+        hops.append(getattr(fn, "__name__", repr(fn)))
+        return real_db(fn, **kwargs)
+
+    monkeypatch.setattr(engine, "_db", counting_db)
+    # The session's MCP tools are read by their own call (issue 25's registry): left
+    # out here, so this counts the turn's own work.
+    tools = default_registry()
+    # Embedded: the engine's calls run on this thread, so this connection sees them all.
+    with CaptureQueriesContext(connection) as queries:
+        async_to_sync(engine.run_turn)(turn_id, tools=tools)
+
+    sql = [q["sql"].split()[0].upper() for q in queries.captured_queries]
+    statements = [s for s in sql if s not in IGNORED]
+    assert statements == [
+        "UPDATE",  # claim the lease
+        "SELECT",  # the turn and its session
+        "SELECT",  # the model policy: the user
+        "SELECT",  # ... a curated model offered to their teams (not this one)
+        "SELECT",  # ... their teams' custom-model policy
+        "SELECT",  # ... their own key for the provider
+        "SELECT",  # the router: the user's provider profiles
+        "SELECT",  # the history
+        "SELECT",  # the compaction settings
+        "SELECT",  # the session's compaction state
+        "UPDATE",  # commit: the session's next sequence number
+        "SELECT",  # ... the step's message if it was saved before (a replay)
+        "INSERT",  # ... the message
+        "UPDATE",  # ... the turn's totals and final status
+    ], [q["sql"][:90] for q in queries.captured_queries]
+    # The policy and the router share one hop; the claim, the history and the outbound
+    # view take one each (the compactor's reads and the commit make their own).
+    assert hops == [
+        "turn_claim",
+        "_provider_if_allowed",
+        "session_messages",
+        "outbound_messages",
+    ], hops
