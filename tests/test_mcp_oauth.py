@@ -26,7 +26,7 @@ from openworker.runtime.agent.tools.mcp import discover_and_store
 from providers.outbound import OutboundPolicy
 from sessions.export import session_json_chunks
 from sessions.mcp import oauth
-from sessions.mcp.connections import PENDING_KEY
+from sessions.mcp.connections import PENDING_KEY, mcp_connection_refresh, mcp_connection_token
 from sessions.mcp.models import McpCall, McpConnection, McpServer
 from sessions.models import Session
 from tests.fakes import AnthropicMessagesFake, Reply, text, tool_call
@@ -390,3 +390,31 @@ def test_discovery_for_an_oauth_server_needs_a_connection(owner, team, docs):
     server = oauth_server(docs["url"], team)
     tools, error = discover_and_store(server, user_id=owner.pk)
     assert tools is None and "connect yours in Settings" in error
+
+
+def test_two_renewals_of_one_stale_token_spend_the_refresh_token_once(owner, team, docs):
+    # Two calls of one user found the same token refused: the second renewal, under the
+    # row lock, reuses what the first got (this AS rotates refresh tokens: a second
+    # refresh with the spent one would fail and end the connection).
+    server = oauth_server(docs["url"], team)
+    connect(signed_in(owner), server, "alice@docs")
+    stale = mcp_connection_token(user_id=owner.pk, server_id=server.pk)
+    docs["auth"].expire_access_tokens()
+
+    first = mcp_connection_refresh(connection_id=stale.connection_id, stale_access=stale.access)
+    second = mcp_connection_refresh(connection_id=stale.connection_id, stale_access=stale.access)
+
+    assert first is not None and second is not None
+    assert first.access == second.access != stale.access
+    assert docs["auth"].log.count("grant:refresh_token") == 1
+    assert McpConnection.objects.filter(user=owner).exists()
+
+
+def test_the_tools_page_says_which_servers_need_the_users_own_account(owner, team, docs):
+    server = oauth_server(docs["url"], team)
+    session = Session.objects.create(owner=owner, model="anthropic:claude-test-1")
+    client = signed_in(owner)
+    url = reverse("session_mcp_servers", args=[session.pk])
+    assert "connect it in Settings" in client.get(url).content.decode()
+    connect(client, server, "alice@docs")
+    assert "connect it in Settings" not in client.get(url).content.decode()

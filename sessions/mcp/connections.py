@@ -339,3 +339,17 @@ def mcp_connection_rows(*, user: Any) -> list[ConnectionRow]:
         )
     }
     return [ConnectionRow(server, mine.get(server.pk)) for server in servers]
+
+
+def mcp_servers_needing_connection(*, user: Any, servers: list[McpServer]) -> set[int]:
+    """Which of `servers` are OAuth servers the user has not connected (their tools would
+    only answer "connect first")."""
+    oauth_ids = {s.pk for s in servers if s.oauth}
+    if not oauth_ids:
+        return set()
+    connected = set(
+        McpConnection.objects.filter(user=user, server_id__in=oauth_ids).values_list(
+            "server_id", flat=True
+        )
+    )
+    return oauth_ids - connected

@@ -23,6 +23,7 @@ def session_mcp_servers(request: HttpRequest, session_id: object) -> HttpRespons
     if session is None:
         raise Http404("No such session.")
     available = list(services.mcp_servers_for_user(user=request.user))
+    unconnected = connections.mcp_servers_needing_connection(user=request.user, servers=available)
     if request.method == "POST":
         try:
             chosen = [int(value) for value in request.POST.getlist("server")]
@@ -35,6 +36,7 @@ def session_mcp_servers(request: HttpRequest, session_id: object) -> HttpRespons
                     "session": session,
                     "servers": available,
                     "chosen": set(),
+                    "unconnected": unconnected,
                     "error": "You can't use that MCP server.",
                 },
                 status=400,
@@ -47,7 +49,12 @@ def session_mcp_servers(request: HttpRequest, session_id: object) -> HttpRespons
     return render(
         request,
         "mcp/session_servers.html",
-        {"session": session, "servers": available, "chosen": chosen_ids},
+        {
+            "session": session,
+            "servers": available,
+            "chosen": chosen_ids,
+            "unconnected": unconnected,
+        },
     )
 
 
