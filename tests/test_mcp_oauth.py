@@ -215,6 +215,22 @@ async def test_each_users_calls_carry_their_own_token(owner, teammate, team, doc
     assert outcomes == ["ok", "ok"]
 
 
+async def test_a_call_over_http_sse_carries_the_users_token(owner, team, fake):
+    with oauth_mcp_server(transport="sse") as docs:
+        server = await sync_to_async(oauth_server)(
+            docs["url"], team, default_policy="allow", transport="sse"
+        )
+        await sync_to_async(connect_as)(owner, server, "alice@docs")
+        await server.arefresh_from_db()
+        assert {t["name"] for t in server.tools_cache} == {"whoami", "search"}
+        docs["auth"].expire_access_tokens()  # and the renewal works on this transport too
+
+        await _run(owner, fake, server, "whoami", {})
+
+        assert result_text(tool_result(fake)) == "account=alice@docs"
+        assert "grant:refresh_token" in docs["auth"].log
+
+
 async def test_a_user_who_has_not_connected_is_told_where_to_connect(
     owner, teammate, team, docs, fake
 ):
@@ -418,3 +434,22 @@ def test_the_tools_page_says_which_servers_need_the_users_own_account(owner, tea
     assert "connect it in Settings" in client.get(url).content.decode()
     connect(client, server, "alice@docs")
     assert "connect it in Settings" not in client.get(url).content.decode()
+
+
+async def test_a_registration_the_server_forgot_is_made_again_at_the_next_connect(
+    owner, team, docs, fake
+):
+    server = await sync_to_async(oauth_server)(docs["url"], team, default_policy="allow")
+    await sync_to_async(connect_as)(owner, server, "alice@docs")
+    await server.arefresh_from_db()
+    docs["auth"].clients.clear()  # the AS lost (or an operator deleted) this site's client
+    docs["auth"].expire_access_tokens()
+
+    await _run(owner, fake, server, "whoami", {})
+
+    assert "connection to Docs has ended" in result_text(tool_result(fake))
+    await server.arefresh_from_db()
+    assert server.oauth_client_encrypted == ""
+    await sync_to_async(connect_as)(owner, server, "alice@docs")
+    assert docs["auth"].log.count("register:OpenWorker") == 2
+    assert await McpConnection.objects.filter(user=owner).aexists()

@@ -128,6 +128,14 @@ def _client_for(
     return client
 
 
+def _forget_registration(server: McpServer) -> None:
+    """The AS refused this site's registered client: the next Connect registers anew (an
+    admin's client ID is the admin's to fix)."""
+    if server.oauth_client_encrypted and not server.oauth_client_id:
+        server.oauth_client_encrypted = ""
+        McpServer.objects.filter(pk=server.pk).update(oauth_client_encrypted="")
+
+
 def _server_for(user: Any, server_id: int) -> McpServer:
     server = mcp_servers_for_user(user=user).filter(pk=server_id, oauth=True).first()
     if server is None:
@@ -195,6 +203,9 @@ def mcp_connect_finish(
             redirect_uri=pending["redirect_uri"],
             policy=outbound_policy(),
         )
+    except oauth.ClientRefused as exc:
+        _forget_registration(server)
+        raise ConnectError(f"{server.label}: {exc}. Try Connect again.") from None
     except oauth.OAuthError as exc:
         raise ConnectError(f"{server.label}: {exc}.") from None
     except (httpx.HTTPError, ProviderError) as exc:
@@ -264,8 +275,10 @@ def mcp_connection_refresh(*, connection_id: int, stale_access: str) -> Connecti
                 refresh_token=refresh_token,
                 policy=outbound_policy(),
             )
-        except oauth.GrantRefused:
+        except oauth.GrantRefused as exc:
             logger.info("MCP connection %s: the refresh was refused; removed", connection_id)
+            if isinstance(exc, oauth.ClientRefused):
+                _forget_registration(server)
             connection.delete()
             return None
         connection.set_tokens(access=token.access_token, refresh=token.refresh_token)

@@ -52,9 +52,6 @@ from providers.outbound import GuardedTransport, OutboundPolicy
 
 # Each metadata, registration or token request: an AS that is slower than this is down.
 REQUEST_TIMEOUT_SECONDS = 10.0
-# Refresh this long before the access token's stated expiry, so a call that starts just
-# before it does not reach the server with a token that dies on the way.
-EXPIRY_MARGIN_SECONDS = 30
 # The body of a metadata or token response; anything bigger is not one.
 MAX_RESPONSE_BYTES = 256 * 1024
 # RFC 7591 token endpoint authentication methods (names, not secrets).
@@ -69,6 +66,11 @@ class OAuthError(Exception):
 class GrantRefused(OAuthError):
     """The AS refused the grant itself (`invalid_grant`): revoked or expired, so the user
     has to connect again; anything else (the AS down) may pass."""
+
+
+class ClientRefused(GrantRefused):
+    """The AS no longer knows this site's client (`invalid_client`, `unauthorized_client`):
+    its registration has to be made again, and every grant under it is gone."""
 
 
 @dataclass(frozen=True)
@@ -318,6 +320,8 @@ def _token_request(
         error = str(body.get("error", ""))
         if error == "invalid_grant":
             raise GrantRefused("the authorization server no longer accepts this grant")
+        if error in ("invalid_client", "unauthorized_client"):
+            raise ClientRefused("the authorization server no longer accepts this site's client")
         raise OAuthError(f"the token request was refused ({response.status_code} {error})".strip())
     try:
         return OAuthToken.model_validate(body)

@@ -268,11 +268,14 @@ def _serve(app: Any, port: int) -> tuple[uvicorn.Server, threading.Thread]:
 
 
 @contextmanager
-def oauth_mcp_server(access_ttl: int = 3600) -> Iterator[dict[str, Any]]:
-    """Yields {"url" (the MCP endpoint), "issuer", "auth" (the `AuthServer`)}."""
+def oauth_mcp_server(
+    access_ttl: int = 3600, transport: str = "streamable_http"
+) -> Iterator[dict[str, Any]]:
+    """Yields {"url" (the MCP endpoint), "issuer", "auth" (the `AuthServer`)}; the
+    resource server speaks Streamable HTTP or (`transport="sse"`) HTTP+SSE."""
     as_port, rs_port = free_port(), free_port()
     issuer = f"http://127.0.0.1:{as_port}"
-    resource = f"http://127.0.0.1:{rs_port}/mcp"
+    resource = f"http://127.0.0.1:{rs_port}/{'sse' if transport == 'sse' else 'mcp'}"
     auth = AuthServer(access_ttl=access_ttl, url=issuer)
     as_app = Starlette(
         routes=[
@@ -287,7 +290,8 @@ def oauth_mcp_server(access_ttl: int = 3600) -> Iterator[dict[str, Any]]:
             Route("/consent", auth.consent, methods=["GET", "POST"]),
         ]
     )
-    rs_app = build_resource_server(auth, issuer, resource).streamable_http_app()
+    mcp = build_resource_server(auth, issuer, resource)
+    rs_app = mcp.sse_app() if transport == "sse" else mcp.streamable_http_app()
     running = [_serve(as_app, as_port), _serve(rs_app, rs_port)]
     try:
         yield {"url": resource, "issuer": issuer, "auth": auth}
