@@ -21,6 +21,7 @@ from django.core.management import call_command
 from django.db import connection as db_connection
 from django.test import Client
 from django.urls import reverse
+from mcp.shared.auth import OAuthClientInformationFull
 
 from openworker.runtime.agent.tools.mcp import discover_and_store
 from providers.outbound import OutboundPolicy
@@ -161,7 +162,7 @@ def test_connect_registers_the_site_runs_pkce_and_stores_the_tokens_encrypted(ow
     server.refresh_from_db()
     # The first connection lists the server's tools (with that user's token).
     assert {t["name"] for t in server.tools_cache} == {"whoami", "search"}
-    assert PENDING_KEY not in client.session
+    assert client.session.get(PENDING_KEY) == {}
     page = client.get(reverse("provider_settings")).content.decode()
     assert "Docs is connected (2 tools)." in page
     assert 'aria-label="Disconnect Docs"' in page
@@ -453,3 +454,36 @@ async def test_a_registration_the_server_forgot_is_made_again_at_the_next_connec
     await sync_to_async(connect_as)(owner, server, "alice@docs")
     assert docs["auth"].log.count("register:OpenWorker") == 2
     assert await McpConnection.objects.filter(user=owner).aexists()
+
+
+def test_without_dynamic_registration_the_admins_client_id_is_used(owner, team, admin_client):
+    with oauth_mcp_server(registration=False) as docs:
+        server = oauth_server(docs["url"], team)
+        refused = signed_in(owner).get(reverse("mcp_connect", args=[server.pk]), follow=True)
+        assert "an admin has to enter a client ID" in refused.content.decode()
+
+        docs["auth"].clients["openworker-site"] = OAuthClientInformationFull(
+            client_id="openworker-site",
+            client_name="OpenWorker",
+            client_secret="s3cret-entered-by-the-admin",
+            redirect_uris=["http://testserver/settings/connections/callback"],
+            token_endpoint_auth_method="client_secret_post",
+            scope="docs:read",
+        )
+        form = add_form(
+            url=docs["url"],
+            teams=[team.pk],
+            oauth="on",
+            oauth_client_id="openworker-site",
+            oauth_client_secret="s3cret-entered-by-the-admin",
+        )
+        admin_client.post(f"/admin/mcp/mcpserver/{server.pk}/change/", form)
+        server.refresh_from_db()
+        assert server.oauth_client_id == "openworker-site"
+        assert "s3cret" not in server.oauth_client_secret_encrypted
+
+        connect(signed_in(owner), server, "alice@docs")
+
+        assert not any(entry.startswith("register:") for entry in docs["auth"].log)
+        assert "grant:authorization_code" in docs["auth"].log
+        assert McpConnection.objects.filter(user=owner, server=server).exists()

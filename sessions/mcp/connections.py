@@ -29,8 +29,11 @@ from sessions.mcp.services import mcp_servers_for_user, outbound_policy
 
 logger = logging.getLogger(__name__)
 
-# The Django session key that carries one flow from Connect to the callback.
+# The Django session key that carries flows from Connect to the callback, by `state`.
 PENDING_KEY = "mcp_oauth_pending"
+# Flows one browser session may have under way at once (two tabs, two servers); the
+# oldest is dropped past this, so the session cannot grow without end.
+MAX_PENDING_FLOWS = 5
 # The name this site registers under; the AS shows it on its consent page.
 CLIENT_NAME = "OpenWorker"
 
@@ -163,6 +166,21 @@ def mcp_connect_start(
         "redirect_uri": redirect_uri,
     }
     return request.url, pending
+
+
+def pending_add(flows: dict[str, Any] | None, pending: dict[str, Any]) -> dict[str, Any]:
+    """The session's flows with `pending` added (keyed by its `state`)."""
+    kept = dict(flows or {})
+    kept[pending["state"]] = pending
+    return dict(list(kept.items())[-MAX_PENDING_FLOWS:])
+
+
+def pending_take(
+    flows: dict[str, Any] | None, state: str
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """`(the flow this callback's state started, the others)`; each is used once."""
+    rest = dict(flows or {})
+    return rest.pop(state or "", None), rest
 
 
 def _expiry(token: OAuthToken) -> Any:

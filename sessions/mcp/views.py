@@ -82,14 +82,19 @@ def mcp_connect(request: HttpRequest, server_id: int) -> HttpResponse:
     except connections.ConnectError as exc:
         messages.error(request, str(exc))
         return redirect(_settings_url())
-    request.session[connections.PENDING_KEY] = pending
+    request.session[connections.PENDING_KEY] = connections.pending_add(
+        request.session.get(connections.PENDING_KEY), pending
+    )
     return redirect(url)
 
 
 @login_required
 def mcp_oauth_callback(request: HttpRequest) -> HttpResponse:
     """Where the authorization server sends the browser back with `code` and `state`."""
-    pending = request.session.pop(connections.PENDING_KEY, None)
+    pending, rest = connections.pending_take(
+        request.session.get(connections.PENDING_KEY), request.GET.get("state", "")
+    )
+    request.session[connections.PENDING_KEY] = rest
     try:
         server = connections.mcp_connect_finish(
             user=request.user,

@@ -269,10 +269,11 @@ def _serve(app: Any, port: int) -> tuple[uvicorn.Server, threading.Thread]:
 
 @contextmanager
 def oauth_mcp_server(
-    access_ttl: int = 3600, transport: str = "streamable_http"
+    access_ttl: int = 3600, transport: str = "streamable_http", registration: bool = True
 ) -> Iterator[dict[str, Any]]:
     """Yields {"url" (the MCP endpoint), "issuer", "auth" (the `AuthServer`)}; the
-    resource server speaks Streamable HTTP or (`transport="sse"`) HTTP+SSE."""
+    resource server speaks Streamable HTTP or (`transport="sse"`) HTTP+SSE;
+    `registration=False`: an AS without RFC 7591 (clients are entered by hand)."""
     as_port, rs_port = free_port(), free_port()
     issuer = f"http://127.0.0.1:{as_port}"
     resource = f"http://127.0.0.1:{rs_port}/{'sse' if transport == 'sse' else 'mcp'}"
@@ -283,7 +284,7 @@ def oauth_mcp_server(
                 auth,
                 AnyHttpUrl(issuer),
                 client_registration_options=ClientRegistrationOptions(
-                    enabled=True, valid_scopes=[SCOPE], default_scopes=[SCOPE]
+                    enabled=registration, valid_scopes=[SCOPE], default_scopes=[SCOPE]
                 ),
                 revocation_options=RevocationOptions(enabled=True),
             ),
