@@ -2,9 +2,9 @@
 MCP server in the admin (discovery finds it wants each user's own account); the user
 connects their account from Settings (the server's own authorization server and its
 consent page, then back); switches the server on for a session; asks a question the
-server's tool answers; approves the call (policy ask); and sees the result card named
-after the server. The MCP server and its authorization server are real (the SDK's, on
-loopback: tests/mcp/oauth_servers.py); the call runs in the Celery worker."""
+server's tool answers; approves the call (policy ask); sees the result card named
+after the server; and disconnects. The MCP server and its authorization server are real
+(the SDK's, on loopback: tests/mcp/oauth_servers.py); the call runs in the Celery worker."""
 
 from __future__ import annotations
 
@@ -121,3 +121,14 @@ def test_the_admin_adds_an_oauth_server_a_user_connects_it_and_an_approved_call_
     for token in docs["auth"].issued:
         assert token not in shown
         assert token not in worker_log
+
+    # Disconnect ends the grant at the server and here; Settings offers Connect again.
+    section = page.get_by_role("region", name="Connected accounts")
+    section.get_by_role("button", name="Disconnect Team Docs").click()
+    page.wait_for_url(f"{stack}/settings/*")
+    assert "Team Docs is disconnected." in page.inner_text(".messages")
+    section = page.get_by_role("region", name="Connected accounts")
+    assert section.get_by_role("link", name="Connect Team Docs").is_visible()
+    shot(page, "disconnected")
+    assert not McpConnection.objects.filter(user=alice).exists()
+    assert "revoke:alice@docs" in docs["auth"].log
