@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
+import anyio
 import uvicorn
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import (
@@ -57,6 +58,8 @@ class AuthServer:
     """The in-memory `OAuthAuthorizationServerProvider` (the SDK's protocol)."""
 
     access_ttl: int = 3600
+    # Seconds the refresh grant takes: widens the window two concurrent refreshes race in.
+    refresh_delay: float = 0.0
     clients: dict[str, OAuthClientInformationFull] = field(default_factory=dict)
     pending: dict[str, tuple[str, AuthorizationParams]] = field(default_factory=dict)
     codes: dict[str, AuthorizationCode] = field(default_factory=dict)
@@ -112,6 +115,8 @@ class AuthServer:
     async def exchange_refresh_token(
         self, client: OAuthClientInformationFull, refresh_token: RefreshToken, scopes: list[str]
     ) -> OAuthToken:
+        if self.refresh_delay:
+            await anyio.sleep(self.refresh_delay)
         if self.refresh.pop(refresh_token.token, None) is None:
             raise TokenError("invalid_grant", "refresh token already used")
         self.log.append("grant:refresh_token")
