@@ -357,6 +357,20 @@ def test_an_admin_revokes_a_users_connection(owner, team, docs, admin_client):
     assert docs["auth"].issued[0] not in detail
 
 
+def test_deleting_the_server_in_the_admin_revokes_its_users_grants(
+    owner, teammate, team, docs, admin_client
+):
+    server = oauth_server(docs["url"], team)
+    connect(signed_in(owner), server, "alice@docs")
+    connect(signed_in(teammate), server, "bob@docs")
+
+    admin_client.post(f"/admin/mcp/mcpserver/{server.pk}/delete/", {"post": "yes"})
+
+    assert not McpServer.objects.exists() and not McpConnection.objects.exists()
+    assert {"revoke:alice@docs", "revoke:bob@docs"} <= set(docs["auth"].log)
+    assert docs["auth"].refresh == {}
+
+
 def test_the_key_rotation_covers_the_tokens(owner, team, docs):
     server = oauth_server(docs["url"], team)
     connect(signed_in(owner), server, "alice@docs")

@@ -128,6 +128,19 @@ class McpServerAdmin(admin.ModelAdmin):
     inlines = [McpToolPolicyInline]
     actions = ["refresh_tools"]
 
+    def delete_model(self, request: Any, obj: McpServer) -> None:
+        # The users' grants at the server end with it, not only their rows here.
+        for connection in obj.connections.select_related("server"):
+            mcp_connection_revoke(connection=connection)
+        super().delete_model(request, obj)
+
+    def delete_queryset(self, request: Any, queryset: Any) -> None:
+        for connection in McpConnection.objects.filter(server__in=queryset).select_related(
+            "server"
+        ):
+            mcp_connection_revoke(connection=connection)
+        super().delete_queryset(request, queryset)
+
     @admin.display(description="tools")
     def tool_count(self, obj: McpServer) -> int:
         return len(obj.tools_cache or [])
