@@ -23,6 +23,8 @@ from django.test import Client
 from django.urls import reverse
 from mcp.shared.auth import OAuthClientInformationFull
 
+from openworker.runtime.agent.tools import mcp as mcp_tools
+from openworker.runtime.agent.tools import mcp_pool
 from openworker.runtime.agent.tools.mcp import discover_and_store
 from providers.outbound import OutboundPolicy
 from sessions.export import session_json_chunks
@@ -501,3 +503,23 @@ def test_without_dynamic_registration_the_admins_client_id_is_used(owner, team, 
         assert not any(entry.startswith("register:") for entry in docs["auth"].log)
         assert "grant:authorization_code" in docs["auth"].log
         assert McpConnection.objects.filter(user=owner, server=server).exists()
+
+
+async def test_a_users_pooled_session_ends_with_their_connection(owner, team, docs, fake):
+    server = await sync_to_async(oauth_server)(docs["url"], team, default_policy="allow")
+    await sync_to_async(connect_as)(owner, server, "alice@docs")
+    await server.arefresh_from_db()
+    await _run(owner, fake, server, "whoami", {})  # opens the pooled session
+    spec, credentials = await sync_to_async(mcp_tools.spec_for_user)(server, owner.pk)
+    key = mcp_pool.PoolKey(str(server.pk), f"user:{owner.pk}")
+    pooled = {key: mcp_tools.pool_fingerprint(spec, credentials)}
+    assert await sync_to_async(mcp_tools._pooled_current)(pooled) == {key}
+
+    await sync_to_async(
+        lambda: signed_in(owner).post(reverse("mcp_disconnect", args=[server.pk]))
+    )()
+
+    # The sweep closes it (its token leaves memory), and the next call is not even tried.
+    assert await sync_to_async(mcp_tools._pooled_current)(pooled) == set()
+    await _run(owner, fake, server, "whoami", {})
+    assert "have not connected it yet" in result_text(tool_result(fake))
