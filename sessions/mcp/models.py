@@ -66,6 +66,28 @@ class McpServer(models.Model):
     max_result_bytes = models.PositiveIntegerField(default=DEFAULT_MAX_RESULT_BYTES)
     teams = models.ManyToManyField(Group, blank=True, related_name="mcp_servers")
     enabled = models.BooleanField(default=True)
+    # OAuth (the MCP authorization spec): each user connects their own account at the
+    # server's authorization server; their calls carry their own token (`McpConnection`).
+    oauth = models.BooleanField(
+        "users connect their own account (OAuth)",
+        default=False,
+        help_text="Set on its own when the server answers 401 with OAuth metadata.",
+    )
+    oauth_scopes = models.CharField(
+        max_length=500, blank=True, help_text="Blank: the scopes the server's metadata lists."
+    )
+    oauth_client_id = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Only for an authorization server without dynamic client registration.",
+    )
+    oauth_client_secret_encrypted = models.TextField(blank=True, editable=False)
+    # From the 401's `WWW-Authenticate: Bearer resource_metadata=…` (RFC 9728 §5.1).
+    oauth_resource_metadata_url = models.URLField(max_length=500, blank=True, editable=False)
+    # `oauth.AuthServerInfo.to_json()`: public metadata, refreshed on each Connect.
+    oauth_discovery = models.JSONField(default=dict, blank=True, editable=False)
+    # The client this site registered (RFC 7591); JSON, encrypted (it holds the secret).
+    oauth_client_encrypted = models.TextField(blank=True, editable=False)
     # Discovery cache: [{"name", "description", "inputSchema"}] as the server listed them.
     tools_cache = models.JSONField(default=list, blank=True, editable=False)
     tools_refreshed_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -100,6 +122,14 @@ class McpServer(models.Model):
     def set_headers(self, headers: dict[str, str]) -> None:
         self.headers_encrypted = crypto.encrypt(json.dumps(headers)) if headers else ""
 
+    def set_oauth_client_secret(self, secret: str) -> None:
+        self.oauth_client_secret_encrypted = crypto.encrypt(secret) if secret else ""
+
+    def oauth_client_secret(self) -> str:
+        if not self.oauth_client_secret_encrypted:
+            return ""
+        return crypto.decrypt(self.oauth_client_secret_encrypted)
+
     @property
     def has_bearer(self) -> bool:
         return bool(self.bearer_encrypted)
@@ -116,6 +146,48 @@ class McpServer(models.Model):
         if self.bearer_encrypted:
             headers["Authorization"] = f"Bearer {crypto.decrypt(self.bearer_encrypted)}"
         return headers
+
+
+class McpConnection(models.Model):
+    """One user's OAuth grant on one server: their tokens, ciphertext at rest.
+
+    Deleting the row is how a connection ends (the user's Disconnect, an admin's revoke,
+    a refresh the authorization server refuses); the grant is revoked at the server too
+    where it offers RFC 7009. Never exported, never shown: the admin sees only who and when.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="mcp_connections"
+    )
+    server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="connections")
+    access_encrypted = models.TextField(editable=False)
+    refresh_encrypted = models.TextField(blank=True, editable=False)
+    # None: the server did not say (the token is then used until it is refused).
+    expires_at = models.DateTimeField(null=True, blank=True)
+    scope = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    refreshed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "server"], name="mcp_connection_unique")
+        ]
+        verbose_name = "MCP connection"
+
+    def __str__(self) -> str:
+        return f"{self.user} on {self.server}"
+
+    def access_token(self) -> str:
+        return crypto.decrypt(self.access_encrypted)
+
+    def refresh_token(self) -> str:
+        return crypto.decrypt(self.refresh_encrypted) if self.refresh_encrypted else ""
+
+    def set_tokens(self, *, access: str, refresh: str | None) -> None:
+        """`refresh` None keeps the stored one (an AS that does not rotate it)."""
+        self.access_encrypted = crypto.encrypt(access)
+        if refresh is not None:
+            self.refresh_encrypted = crypto.encrypt(refresh) if refresh else ""
 
 
 class McpToolPolicy(models.Model):

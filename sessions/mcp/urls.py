@@ -10,4 +10,15 @@ urlpatterns = [
         views.session_mcp_servers,
         name="session_mcp_servers",
     ),
+    path(
+        "settings/connections/<int:server_id>/connect",
+        views.mcp_connect,
+        name="mcp_connect",
+    ),
+    path("settings/connections/callback", views.mcp_oauth_callback, name="mcp_oauth_callback"),
+    path(
+        "settings/connections/<int:server_id>/disconnect",
+        views.mcp_disconnect,
+        name="mcp_disconnect",
+    ),
 ]

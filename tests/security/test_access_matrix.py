@@ -52,6 +52,10 @@ SIGNED_IN = {
     "provider_delete",
     "sidebar_search",
     "theme",
+    # A shared MCP server's id: Connect / Disconnect act on the requester's own connection.
+    "mcp_connect",
+    "mcp_oauth_callback",
+    "mcp_disconnect",
 }
 SESSION_OWNED = {
     "chat",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import functools
 import hashlib
 import hmac
 import json
@@ -28,12 +29,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from django.urls import reverse
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from mcp import types
 
 from openworker.runtime.agent.tools import mcp_client, mcp_pool
 from openworker.runtime.agent.tools.base import Policy, Tool, ToolContext, ToolResult
+from openworker.runtime.agent.tools.mcp_auth import UserTokenAuth
 from openworker.runtime.agent.tools.mcp_names import (
     is_strict_compatible,
     neutral_schema,
@@ -41,8 +44,9 @@ from openworker.runtime.agent.tools.mcp_names import (
 )
 from openworker.runtime.agent.tools.registry import ToolRegistry, default_registry
 from openworker.runtime.store.dbcall import db as _db
+from sessions.mcp import connections as mcp_connections
 from sessions.mcp import services as mcp_services
-from sessions.mcp.models import McpCall, McpServer
+from sessions.mcp.models import McpCall, McpConnection, McpServer
 from sessions.models import Session
 
 logger = logging.getLogger(__name__)
@@ -60,12 +64,27 @@ LOST_MESSAGE = (
     "sent again: it may or may not have taken effect. Tell the user and ask whether to call "
     "it again."
 )
+NOT_CONNECTED_MESSAGE = (
+    "This tool needs the user's own {server} account, and they have not connected it yet. "
+    "Tell the user to connect {server} in Settings ({link}), then ask again."
+)
+CONNECTION_ENDED_MESSAGE = (
+    "The user's connection to {server} has ended (it was revoked or expired at {server}). "
+    "Tell the user to connect {server} again in Settings ({link}), then ask again."
+)
 # Whose credentials a session carries when the server has one secret for everyone.
 SERVER_CREDENTIALS = "server"
+# ... and when each user connects their own account (OAuth): `user:<id>`.
+USER_CREDENTIALS = "user:{user_id}"
 _FINGERPRINT_KEY = os.urandom(32)
 
 
-def server_spec(server: McpServer) -> mcp_client.ServerSpec:
+def settings_link() -> str:
+    """Where a user connects their accounts (the Settings page's connections section)."""
+    return f"{reverse('provider_settings')}#mcp-connections"
+
+
+def server_spec(server: McpServer, *, auth: UserTokenAuth | None = None) -> mcp_client.ServerSpec:
     """How to reach `server` (headers decrypted here, in memory only)."""
     return mcp_client.ServerSpec(
         name=server.name,
@@ -75,7 +94,55 @@ def server_spec(server: McpServer) -> mcp_client.ServerSpec:
         args=tuple(server.args or ()),
         headers=server.request_headers(),
         outbound=mcp_services.outbound_policy(),
+        auth=auth,
     )
+
+
+def user_auth(
+    server: McpServer, user_id: int | None, *, blocking_caller: bool = False
+) -> tuple[UserTokenAuth, int] | None:
+    """The user's own token for an OAuth server, renewing itself through the database,
+    and its connection's id (None when they have not connected). Runs where database
+    access is allowed. `blocking_caller`: the client runs on a private loop of a blocking
+    caller (a view), whose database thread is the caller's own and busy waiting, so a
+    renewal runs on a thread of its own rather than on the runtime's database threads."""
+    token = mcp_connections.mcp_connection_token(user_id=user_id, server_id=server.pk)
+    if token is None:
+        return None
+    connection_id = token.connection_id
+    refresh = (
+        functools.partial(asyncio.to_thread, mcp_connections.mcp_connection_refresh)
+        if blocking_caller
+        else _db(mcp_connections.mcp_connection_refresh)
+    )
+
+    async def renew(stale: str) -> tuple[str, float | None] | None:
+        fresh = await refresh(connection_id=connection_id, stale_access=stale)
+        return None if fresh is None else (fresh.access, fresh.expires_at)
+
+    auth = UserTokenAuth(token.access, expires_at=token.expires_at, renew=renew)
+    return auth, connection_id
+
+
+def _connection_credentials(connection_id: int) -> str:
+    # The connection, not its token: a pooled session's token renews itself in place,
+    # while a new connection (Disconnect, then Connect) must open a new session.
+    return f"connection-{connection_id}"
+
+
+def spec_for_user(
+    server: McpServer, user_id: int | None
+) -> tuple[mcp_client.ServerSpec, str] | None:
+    """`(server_spec carrying the user's token for an OAuth server, the credentials part
+    of its pool fingerprint)`; None when the server needs their connection and there is
+    none."""
+    if not server.oauth:
+        return server_spec(server), ""
+    found = user_auth(server, user_id)
+    if found is None:
+        return None
+    auth, connection_id = found
+    return server_spec(server, auth=auth), _connection_credentials(connection_id)
 
 
 def spec_fingerprint(spec: mcp_client.ServerSpec) -> str:
@@ -98,7 +165,10 @@ def pool_fingerprint(spec: mcp_client.ServerSpec, credentials: str = "") -> str:
 
 def credentials_identity(server: McpServer, ctx: ToolContext) -> str:
     """Whose credentials a session to `server` carries, the second half of its pool key:
-    the server's own secret, shared by everyone the server is shared with."""
+    the server's own secret, shared by everyone the server is shared with, or on an OAuth
+    server the calling user's own token."""
+    if server.oauth:
+        return USER_CREDENTIALS.format(user_id=ctx.user_id)
     return SERVER_CREDENTIALS
 
 
@@ -109,11 +179,23 @@ def _pooled_current(pooled: dict[mcp_pool.PoolKey, str]) -> set[mcp_pool.PoolKey
         str(server.pk): spec_fingerprint(server_spec(server))
         for server in McpServer.objects.filter(pk__in=ids, enabled=True)
     }
-    return {
-        key
-        for key, fingerprint in pooled.items()
-        if current.get(key.server) == fingerprint.partition(".")[0]
+    # A user's session lives only as long as their connection: a Disconnect or an
+    # admin's revoke closes it within a sweep, so its token leaves memory too.
+    connected = {
+        USER_CREDENTIALS.format(user_id=user_id): _connection_credentials(pk)
+        for pk, user_id in McpConnection.objects.filter(server_id__in=ids).values_list(
+            "pk", "user_id"
+        )
     }
+    kept = set()
+    for key, fingerprint in pooled.items():
+        server_part, _, credentials = fingerprint.partition(".")
+        if current.get(key.server) != server_part:
+            continue
+        if key.identity != SERVER_CREDENTIALS and connected.get(key.identity) != credentials:
+            continue
+        kept.add(key)
+    return kept
 
 
 async def _store_listed(key: mcp_pool.PoolKey, tools: list[dict[str, Any]]) -> None:
@@ -229,26 +311,52 @@ class McpTool(Tool):
         assert result is not None
         return result
 
+    async def _connection_ended(self, ctx: ToolContext) -> bool:
+        """Whether the call failed because the user's OAuth grant is gone: a renewal the
+        authorization server refused removes the connection (`mcp_connection_refresh`)."""
+        if not self.server.oauth:
+            return False
+        token = await _db(mcp_connections.mcp_connection_token)(
+            user_id=ctx.user_id, server_id=self.server.pk
+        )
+        return token is None
+
+    def _connection_ended_result(self) -> tuple[str, ToolResult, str, int | None]:
+        label = self.server.label
+        message = CONNECTION_ENDED_MESSAGE.format(server=label, link=settings_link())
+        return McpCall.Outcome.ERROR, ToolResult(message, is_error=True), "connection ended", None
+
     async def _call(
         self, args: dict[str, Any], ctx: ToolContext
     ) -> tuple[str, ToolResult, str, int | None]:
         server = self.server
-        spec = await _db(server_spec)(server)
+        found = await _db(spec_for_user)(server, ctx.user_id)
+        if found is None:
+            message = NOT_CONNECTED_MESSAGE.format(server=server.label, link=settings_link())
+            return McpCall.Outcome.ERROR, ToolResult(message, is_error=True), "not connected", None
+        spec, credentials = found
 
         def opener(on_changed: mcp_client.ToolsChanged, undelivered: set[Any]) -> Any:
             return mcp_client.connect(spec, on_tools_changed=on_changed, undelivered=undelivered)
 
-        pooled = await mcp_pool.pool().call_tool(
-            mcp_pool.PoolKey(str(server.pk), credentials_identity(server, ctx)),
-            pool_fingerprint(spec),
-            opener,
-            self.remote_name,
-            args,
-            timeout=float(server.timeout_seconds),
-            cancel=ctx.cancel,
-            stdio=spec.transport == "stdio",
-        )
+        try:
+            pooled = await mcp_pool.pool().call_tool(
+                mcp_pool.PoolKey(str(server.pk), credentials_identity(server, ctx)),
+                pool_fingerprint(spec, credentials),
+                opener,
+                self.remote_name,
+                args,
+                timeout=float(server.timeout_seconds),
+                cancel=ctx.cancel,
+                stdio=spec.transport == "stdio",
+            )
+        except Exception:
+            if await self._connection_ended(ctx):
+                return self._connection_ended_result()
+            raise
         end = pooled.outcome
+        if end.end in ("lost", "unsent") and await self._connection_ended(ctx):
+            return self._connection_ended_result()
         if pooled.tools is not None:
             # The server changed its tool list while answering: stored for the next
             # turns, and offered from this turn's next model call on.
@@ -420,10 +528,20 @@ def session_registry(*, session_id: Any, owner_id: int | None = None) -> ToolReg
     return registry
 
 
-def discover_and_store(server: McpServer) -> tuple[list[dict[str, Any]] | None, str]:
-    """Blocking discovery for the admin: `(tools, "")`, or `(None, error)` with the last
-    good list kept. The SDK runs on a loop of its own thread, whatever the caller's is."""
-    spec = server_spec(server)
+def discover_and_store(
+    server: McpServer, *, user_id: int | None = None
+) -> tuple[list[dict[str, Any]] | None, str]:
+    """Blocking discovery for the admin and for a user who just connected: `(tools, "")`,
+    or `(None, error)` with the last good list kept. An OAuth server is listed with
+    `user_id`'s own token (the list is shared: it is the server's, not the user's). The
+    SDK runs on a loop of its own thread, whatever the caller's is."""
+    if server.oauth:
+        found = user_auth(server, user_id, blocking_caller=True)
+        if found is None:
+            return None, "each user connects their own account: connect yours in Settings first"
+        spec = server_spec(server, auth=found[0])
+    else:
+        spec = server_spec(server)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         try:
             tools = pool.submit(asyncio.run, mcp_client.discover(spec)).result()

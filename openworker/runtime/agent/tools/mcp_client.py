@@ -56,7 +56,10 @@ SESSION_TERMINATED_CODE = 32600
 
 @dataclass(frozen=True)
 class ServerSpec:
-    """How to reach one server. `headers` are secrets: never logged (`repr=False`)."""
+    """How to reach one server. `headers` and `auth` are secrets: never logged
+    (`repr=False`). `auth` (an `httpx.Auth`, e.g. a user's OAuth token that renews
+    itself) signs every HTTP request; it belongs to one user, so a session opened with it
+    must never serve another user's call (the pool keys such sessions by user)."""
 
     name: str
     transport: TransportKind
@@ -65,6 +68,7 @@ class ServerSpec:
     args: tuple[str, ...] = ()
     headers: dict[str, str] = field(default_factory=dict, repr=False)
     outbound: OutboundPolicy | None = None
+    auth: httpx.Auth | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -157,11 +161,14 @@ async def connect(
                     headers=dict(spec.headers),
                     timeout=CONNECT_TIMEOUT_SECONDS,
                     httpx_client_factory=_guarded_client_factory(spec.outbound),
+                    auth=spec.auth,
                 )
             )
         else:
             http = await stack.enter_async_context(
-                _guarded_client_factory(spec.outbound, undelivered)(headers=dict(spec.headers))
+                _guarded_client_factory(spec.outbound, undelivered)(
+                    headers=dict(spec.headers), auth=spec.auth
+                )
             )
             read, write, _ = await stack.enter_async_context(
                 streamable_http_client(spec.url, http_client=http)
