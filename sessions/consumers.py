@@ -104,6 +104,8 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         self.gaps: dict[str, float] = {}
         # Turn id → live events that arrived past a gap, by seq (bounded).
         self.held: dict[str, dict[int, dict[str, Any]]] = {}
+        # Sends of this socket not answered yet: their turn is tracked once it is known.
+        self.sending = 0
         for state in turns:
             self._track(state["turn"])
             await self._fill(state["turn"])
@@ -171,13 +173,17 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         ):
             await self._error("send takes text (string), attachments (ids) and model (string).")
             return
-        turn = await database_sync_to_async(commands.turn_send)(
-            session=self.session,
-            user=self.user,
-            text=text,
-            attachment_ids=attachment_ids,
-            model=model,
-        )
+        self.sending += 1
+        try:
+            turn = await database_sync_to_async(commands.turn_send)(
+                session=self.session,
+                user=self.user,
+                text=text,
+                attachment_ids=attachment_ids,
+                model=model,
+            )
+        finally:
+            self.sending -= 1
         self._track(str(turn.pk))
 
     async def _on_stop(self, content: dict[str, Any]) -> None:
@@ -337,8 +343,12 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
                     self.tracking[turn_id] = now
                     await self._fill(turn_id)
             # The poll is for a socket that knows of no active turn: one it tracks is
-            # recovered from its buffer above, and a second turn's events name it.
-            if now >= next_poll and not self.tracking:
+            # recovered from its buffer above, and a second turn's events name it. Nor
+            # while this socket's own send waits for the database (its turn is tracked
+            # when it returns): behind a burst of sends, 200 waiting sockets polling every
+            # ACTIVE_POLL_SECONDS added a query each to the queue they waited in
+            # (bench/stream_path.py --mode embedded).
+            if now >= next_poll and not self.tracking and not self.sending:
                 next_poll = now + ACTIVE_POLL_SECONDS
                 active = await database_sync_to_async(_active_turn_ids)(self.session)
                 for turn_id in active - self.tracking.keys():
