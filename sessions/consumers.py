@@ -23,6 +23,7 @@ from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.layers import get_channel_layer
+from channels.sessions import InstanceSessionWrapper
 
 from openworker.middleware import text_problem
 from openworker.runtime.live import events
@@ -70,6 +71,11 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         self.channel_name = await self.channel_layer.new_channel()
         self.channel_receive = functools.partial(self.channel_layer.receive, self.channel_name)
         self.base_send = send
+        # Turn events go out below Channels' session middleware: its `send` saves the
+        # session on `http.response.start` only, and reading the session's state for
+        # every frame was a fifth of the socket's send path (bench/stream_path.py
+        # --mode embedded). Everything else (accept, close, errors) goes through it.
+        self.frame_send = _below_session_middleware(send)
         with contextlib.suppress(StopConsumer):
             await _dispatch_each([receive, self.channel_receive], self.dispatch)
 
@@ -319,7 +325,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         async with self.deliver_lock:
             if event["seq"] <= self.sent.get(turn_id, 0):
                 return
-            await self.send_json(event)
+            await self.frame_send({"type": "websocket.send", "text": json.dumps(event)})
             self.sent[turn_id] = event["seq"]
             self.gaps.pop(turn_id, None)  # progress: any wait at a gap starts again
         if event.get("type") == "turn.status" and event.get("status") in SETTLED:
@@ -384,6 +390,14 @@ async def _dispatch_each(
         for reader in readers:
             with contextlib.suppress(asyncio.CancelledError, StopConsumer, Exception):
                 await reader
+
+
+def _below_session_middleware(send: Callable[[Any], Awaitable[None]]) -> Any:
+    """The send under Channels' `InstanceSessionWrapper`, if `send` is its; else `send`."""
+    wrapper = getattr(send, "__self__", None)
+    if isinstance(wrapper, InstanceSessionWrapper):
+        return wrapper.real_send
+    return send
 
 
 def frame_parse(text_data: str | None, bytes_data: bytes | None) -> tuple[Any, str | None]:
