@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .errors import StreamError
 from .types import AssistantTurn, ModelCapabilities, StreamChunk
 
 
@@ -70,6 +71,24 @@ class ProviderClient(ABC):
             lambda: self.stream(model=model, messages=messages, tools=tools, **settings)
         ):
             yield chunk
+
+    async def acomplete(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        **settings: Any,
+    ) -> AssistantTurn:
+        """`complete` for a caller on an event loop. Default: the final turn of `astream`
+        (HTTP clients post and read the whole reply on the loop instead)."""
+        final: AssistantTurn | None = None
+        async for chunk in self.astream(model=model, messages=messages, tools=tools, **settings):
+            if chunk.turn is not None:
+                final = chunk.turn
+        if final is None:
+            raise StreamError("The provider's stream ended without a final reply.")
+        return final
 
     async def aclose(self) -> None:
         """`close` for a caller on an event loop."""

@@ -197,6 +197,23 @@ class ProviderRouter(ProviderClient):
         finally:
             self._release(entry)
 
+    async def acomplete(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        **settings: Any,
+    ) -> AssistantTurn:
+        """`complete` for a caller on an event loop, through the client's `acomplete`."""
+        entry, bare = self._acquire(model)
+        try:
+            return await entry.client.acomplete(
+                model=bare, messages=messages, tools=tools, **settings
+            )
+        finally:
+            self._release(entry)
+
     def capabilities(self, model: str) -> ModelCapabilities:
         """Curated answer for the full id, else heuristics; never a made-up window."""
         return capabilities_for(model, self._matrix, default_provider=self._default_provider)

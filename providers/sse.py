@@ -62,6 +62,24 @@ class SSEDecoder:
             if chunk[:1] == b"\n":
                 chunk = chunk[1:]
         events: list[SSEEvent] = []
+        if not self._at_start and b"\r" not in chunk:
+            # The usual read: LF line ends only (every provider's), the buffer holding at
+            # most the start of the read's first line. One split instead of a regex match
+            # and a buffer copy per line: this runs for every token of every stream.
+            lines = chunk.split(b"\n")
+            if self._buffer:
+                self._buffer += lines[0]
+                lines[0] = bytes(self._buffer)
+                self._buffer.clear()
+            rest = lines.pop()
+            for line in lines:
+                event = self._line(line)
+                if event is not None:
+                    events.append(event)
+            self._buffer += rest
+            if len(self._buffer) > self._max:
+                raise SSEProtocolError(f"SSE line longer than {self._max} bytes")
+            return events
         start = 0
         for match in _LINE_END.finditer(chunk):
             self._buffer += chunk[start : match.start()]

@@ -30,9 +30,11 @@ import logging
 import random
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
+import h11
+import httpcore
 import httpx
 
 from . import blocking
@@ -106,21 +108,24 @@ class _AsyncCancelGuard:
         if self.token is not None and self.token.cancelled:
             raise RequestCancelled()
 
-    @contextlib.contextmanager
-    def section(self) -> Iterator[None]:
+    def section(self) -> _AsyncCancelGuard:
+        """`with guard.section():` around an awaited read. The guard is its own context
+        manager (not a `contextlib` generator): entered once per read of every stream."""
         self.check()
         self._armed = True
-        try:
-            yield
-        except asyncio.CancelledError:
-            if not self._fired:
-                raise
-            self._fired = False
-            if self._task is not None:
-                self._task.uncancel()
-            raise RequestCancelled() from None
-        finally:
-            self._armed = False
+        return self
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
+        self._armed = False
+        if kind is None or not issubclass(kind, asyncio.CancelledError) or not self._fired:
+            return False
+        self._fired = False
+        if self._task is not None:
+            self._task.uncancel()
+        raise RequestCancelled() from None
 
     def close(self) -> None:
         if self._unregister is not None:
@@ -453,16 +458,42 @@ class Transport:
         *,
         mid_stream: bool,
     ) -> AsyncIterator[bytes]:
-        chunks = response.aiter_bytes().__aiter__()
-        while True:
-            try:
-                with guard.section():
-                    chunk = await chunks.__anext__()
-            except StopAsyncIteration:
-                break
-            except Exception as exc:
-                raise self._failure(exc, guard.token, secrets, mid_stream=mid_stream) from None
-            yield chunk
+        raw = _http11_body(response)
+        if raw is None:
+            chunks = response.aiter_bytes().__aiter__()
+            while True:
+                try:
+                    with guard.section():
+                        chunk = await chunks.__anext__()
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:
+                    raise self._failure(exc, guard.token, secrets, mid_stream=mid_stream) from None
+                yield chunk
+            guard.check()
+            return
+        # The lean reader (see `_http11_body`): httpcore's `_receive_response_body` and
+        # `_receive_event` flattened into this generator, `Data` payloads until
+        # `EndOfMessage`, the guard armed around each read that waits on the network.
+        state, network, timeout = raw
+        try:
+            while True:
+                event = state.next_event()
+                while event is h11.NEED_DATA:
+                    with guard.section():
+                        data = await network.read(READ_NUM_BYTES, timeout=timeout)
+                    if not data and state.their_state is h11.SEND_RESPONSE:
+                        raise httpcore.RemoteProtocolError(
+                            "Server disconnected without sending a response."
+                        )
+                    state.receive_data(data)
+                    event = state.next_event()
+                if type(event) is h11.Data:
+                    yield bytes(event.data)
+                elif type(event) is h11.EndOfMessage or event is h11.PAUSED:
+                    break
+        except Exception as exc:
+            raise self._failure(exc, guard.token, secrets, mid_stream=mid_stream) from None
         guard.check()
 
     async def _astatus_error(
@@ -509,10 +540,13 @@ class Transport:
             return RequestCancelled()
         if isinstance(exc, ProviderError):
             return exc
-        if not isinstance(exc, httpx.HTTPError):
+        if not isinstance(
+            exc,
+            (httpx.HTTPError, httpcore.NetworkError, httpcore.TimeoutException, h11.ProtocolError),
+        ):
             return exc
         detail = redact(str(exc) or type(exc).__name__, secrets)
-        if isinstance(exc, httpx.TimeoutException):
+        if isinstance(exc, (httpx.TimeoutException, httpcore.TimeoutException)):
             if mid_stream:
                 return StreamError(f"no data from the upstream for {self.read_timeout:g} s")
             return UpstreamUnavailableError(f"timed out: {detail}")
@@ -549,3 +583,40 @@ class Transport:
         if error.status is not None:
             return error.status in RETRY_STATUSES
         return isinstance(error, (UpstreamUnavailableError, StreamError))
+
+
+# -- the lean body reader -------------------------------------------------------------
+#
+# A streamed reply is one small read per token, hundreds of streams on one loop (the
+# engine's). httpx hands a body over through six nested async generators (Response,
+# BoundAsyncStream, AsyncResponseStream with an exception-mapping context manager per
+# chunk, httpcore's PoolByteStream and HTTP11ConnectionByteStream, its body loop), each
+# a hop per read: more than a third of the cost of reading a token
+# (bench/stream_path.py --mode embedded, docs/PERFORMANCE.md). For a plain HTTP/1.1
+# body (no Content-Encoding) the transport runs httpcore's own body loop itself, on the
+# same h11 state and network stream: the same framing checks and errors, and the
+# connection is released by `response.aclose()` exactly as before (back to the pool
+# when h11 saw the whole body). Anything else (a compressed body, another httpx or
+# httpcore layout) takes httpx's path.
+
+# httpcore's read size for a body (`AsyncHTTP11Connection.READ_NUM_BYTES`).
+READ_NUM_BYTES = 64 * 1024
+
+
+def _http11_body(response: httpx.Response) -> tuple[Any, Any, float | None] | None:
+    """(h11 connection, network stream, read timeout) under a streamed HTTP/1.1 response
+    whose body bytes are the payload, or None when that is not what httpx built."""
+    if response.headers.get("content-encoding", "identity").strip().lower() != "identity":
+        return None
+    pool_stream = getattr(getattr(response.stream, "_stream", None), "_httpcore_stream", None)
+    body = getattr(pool_stream, "_stream", None)
+    connection = getattr(body, "_connection", None)
+    state = getattr(connection, "_h11_state", None)
+    network = getattr(connection, "_network_stream", None)
+    request = getattr(body, "_request", None)
+    if not isinstance(state, h11.Connection) or network is None or request is None:
+        return None
+    if getattr(pool_stream, "_closed", True) or getattr(body, "_closed", True):
+        return None
+    timeout = request.extensions.get("timeout", {}).get("read")
+    return state, network, timeout

@@ -23,6 +23,7 @@ from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.layers import get_channel_layer
+from channels.sessions import InstanceSessionWrapper
 
 from openworker.middleware import text_problem
 from openworker.runtime.live import events
@@ -70,6 +71,11 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         self.channel_name = await self.channel_layer.new_channel()
         self.channel_receive = functools.partial(self.channel_layer.receive, self.channel_name)
         self.base_send = send
+        # Turn events go out below Channels' session middleware: its `send` saves the
+        # session on `http.response.start` only, and reading the session's state for
+        # every frame was a fifth of the socket's send path (bench/stream_path.py
+        # --mode embedded). Everything else (accept, close, errors) goes through it.
+        self.frame_send = _below_session_middleware(send)
         with contextlib.suppress(StopConsumer):
             await _dispatch_each([receive, self.channel_receive], self.dispatch)
 
@@ -104,6 +110,8 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         self.gaps: dict[str, float] = {}
         # Turn id → live events that arrived past a gap, by seq (bounded).
         self.held: dict[str, dict[int, dict[str, Any]]] = {}
+        # Sends of this socket not answered yet: their turn is tracked once it is known.
+        self.sending = 0
         for state in turns:
             self._track(state["turn"])
             await self._fill(state["turn"])
@@ -171,13 +179,17 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         ):
             await self._error("send takes text (string), attachments (ids) and model (string).")
             return
-        turn = await database_sync_to_async(commands.turn_send)(
-            session=self.session,
-            user=self.user,
-            text=text,
-            attachment_ids=attachment_ids,
-            model=model,
-        )
+        self.sending += 1
+        try:
+            turn = await database_sync_to_async(commands.turn_send)(
+                session=self.session,
+                user=self.user,
+                text=text,
+                attachment_ids=attachment_ids,
+                model=model,
+            )
+        finally:
+            self.sending -= 1
         self._track(str(turn.pk))
 
     async def _on_stop(self, content: dict[str, Any]) -> None:
@@ -313,7 +325,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         async with self.deliver_lock:
             if event["seq"] <= self.sent.get(turn_id, 0):
                 return
-            await self.send_json(event)
+            await self.frame_send({"type": "websocket.send", "text": json.dumps(event)})
             self.sent[turn_id] = event["seq"]
             self.gaps.pop(turn_id, None)  # progress: any wait at a gap starts again
         if event.get("type") == "turn.status" and event.get("status") in SETTLED:
@@ -337,8 +349,12 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
                     self.tracking[turn_id] = now
                     await self._fill(turn_id)
             # The poll is for a socket that knows of no active turn: one it tracks is
-            # recovered from its buffer above, and a second turn's events name it.
-            if now >= next_poll and not self.tracking:
+            # recovered from its buffer above, and a second turn's events name it. Nor
+            # while this socket's own send waits for the database (its turn is tracked
+            # when it returns): behind a burst of sends, 200 waiting sockets polling every
+            # ACTIVE_POLL_SECONDS added a query each to the queue they waited in
+            # (bench/stream_path.py --mode embedded).
+            if now >= next_poll and not self.tracking and not self.sending:
                 next_poll = now + ACTIVE_POLL_SECONDS
                 active = await database_sync_to_async(_active_turn_ids)(self.session)
                 for turn_id in active - self.tracking.keys():
@@ -374,6 +390,14 @@ async def _dispatch_each(
         for reader in readers:
             with contextlib.suppress(asyncio.CancelledError, StopConsumer, Exception):
                 await reader
+
+
+def _below_session_middleware(send: Callable[[Any], Awaitable[None]]) -> Any:
+    """The send under Channels' `InstanceSessionWrapper`, if `send` is its; else `send`."""
+    wrapper = getattr(send, "__self__", None)
+    if isinstance(wrapper, InstanceSessionWrapper):
+        return wrapper.real_send
+    return send
 
 
 def frame_parse(text_data: str | None, bytes_data: bytes | None) -> tuple[Any, str | None]:

@@ -5,6 +5,7 @@ publishes travel on separate connections, so a publish may overtake an append)."
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import pytest
@@ -105,4 +106,43 @@ async def test_a_gap_the_worker_repairs_seconds_later_is_filled_in_order(owner, 
     assert await ws.receive_nothing(timeout=0.1)  # nothing shown across the hole
     await buffer.rewrite(turn, [delta(turn, n) for n in range(1, 6)], finished=False)
     assert await received_seqs(ws, 4) == [2, 3, 4, 5]
+    await ws.disconnect()
+
+
+async def test_a_socket_whose_send_waits_for_the_database_does_not_poll_for_turns(
+    owner, monkeypatch
+):
+    """Behind a burst of sends the database queue is the bottleneck: a waiting socket
+    must not add a poll query to it every ACTIVE_POLL_SECONDS."""
+    monkeypatch.setattr(consumers, "ACTIVE_POLL_SECONDS", 0.05)
+    monkeypatch.setattr(consumers, "STALL_SECONDS", 0.1)
+    polls: list[float] = []  # poll queries asked of the database thread
+    real_wrap = consumers.database_sync_to_async
+
+    def recording_wrap(fn):
+        if fn is consumers._active_turn_ids:
+            polls.append(1)
+        return real_wrap(fn)
+
+    asked_while_sending: list[int] = []
+
+    def slow_send(**kwargs):
+        before = len(polls)
+        time.sleep(0.6)  # a database queue behind many other sends
+        asked_while_sending.append(len(polls) - before)
+        raise consumers.commands.TurnRefused("refused after the wait")
+
+    monkeypatch.setattr(consumers, "database_sync_to_async", recording_wrap)
+    monkeypatch.setattr(consumers.commands, "turn_send", slow_send)
+    session = await Session.objects.acreate(owner=owner, model="anthropic:claude-test-1")
+    ws = await open_socket(owner, session)
+    await asyncio.sleep(0.2)
+    assert polls, "an idle socket polls"
+    await ws.send_json_to({"type": "send", "text": "hi"})
+    answer = await ws.receive_json_from(timeout=5)
+    assert answer == {"type": "error", "error": "refused after the wait"}
+    assert asked_while_sending == [0], "no poll while the send waited"
+    before = len(polls)
+    await asyncio.sleep(0.3)
+    assert len(polls) > before, "polling resumes once the send has returned"
     await ws.disconnect()

@@ -58,3 +58,25 @@ def test_expired_messages_are_still_cleaned_up_and_their_channel_leaves_its_grou
         assert (await layer.receive(live))["n"] == 2
 
     asyncio.run(scenario())
+
+
+def test_every_member_gets_its_own_copy_of_nested_lists_and_dicts():
+    async def scenario() -> None:
+        layer = LocalChannelLayer()
+        one, two = await layer.new_channel(), await layer.new_channel()
+        for channel in (one, two):
+            await layer.group_add("session.a", channel)
+        message = {
+            "type": "event",
+            "event": {"seq": 1, "message": {"content": [{"type": "text", "text": "hi"}]}},
+            "extra": ("a", ["b"]),  # not a JSON shape: deep-copied the standard way
+        }
+        layer.group_send_nowait("session.a", message)
+        got_one, got_two = await layer.receive(one), await layer.receive(two)
+        got_one["event"]["message"]["content"][0]["text"] = "changed"
+        got_one["extra"][1].append("c")
+        assert got_two == message
+        assert message["event"]["message"]["content"][0]["text"] == "hi"
+        assert message["extra"] == ("a", ["b"])
+
+    asyncio.run(scenario())

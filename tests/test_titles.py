@@ -45,6 +45,9 @@ def test_title_comes_from_a_cheap_model_call(owner, openai_fake):
     assert session.title == title
     body = openai_fake.requests[-1].body
     assert body["max_tokens"] == titles.TITLE_MAX_TOKENS
+    # One read of the whole reply: a streamed title is an event per token on the loop
+    # that streams every other reply.
+    assert not body.get("stream")
     assert "How do I rotate" in body["messages"][-1]["content"]
 
 

@@ -173,6 +173,25 @@ class HttpProviderClient(ProviderClient):
             self._reraise(exc, model=model)
         return self._parse(payload, model=model)
 
+    async def acomplete(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        **settings: Any,
+    ) -> AssistantTurn:
+        """`complete` on the running event loop: the same request and parser, one read of
+        the whole reply instead of an event per token (a session title)."""
+        url, headers, body = self._prepare(model, messages, tools, settings, stream=False)
+        try:
+            payload = await self._transport.apost_json(
+                url, headers=headers, body=body, model=model, cancel=settings.get("cancel")
+            )
+        except errors.ProviderError as exc:
+            self._reraise(exc, model=model)
+        return self._parse(payload, model=model)
+
     def stream(
         self,
         *,

@@ -175,6 +175,48 @@ async def test_astream_yields_the_same_chunks_and_turn_as_stream(name: str):
     assert w.waits == []
 
 
+@pytest.mark.parametrize("name", provider_names())
+async def test_acomplete_sends_the_same_request_as_complete_and_returns_the_same_turn(name: str):
+    """The event loop's whole-reply call (a session title): `complete()`'s request and
+    parser, one read of the reply instead of an event per token."""
+    async with wired(name) as w:
+        w.server.push(REPLY, REPLY)
+        settings = {"tools": TOOLS, "reasoning_effort": "high"}
+        expected = await asyncio.to_thread(
+            lambda: w.router.complete(model=w.model, messages=USER, **settings)
+        )
+        turn = await w.router.acomplete(model=w.model, messages=USER, **settings)
+        sent = [request.raw for request in w.server.requests]
+
+    assert sent[0] == sent[1]  # the same request, byte for byte
+    assert (turn.text, turn.reasoning, turn.tool_calls, turn.usage, turn.finish_reason) == (
+        expected.text,
+        expected.reasoning,
+        expected.tool_calls,
+        expected.usage,
+        expected.finish_reason,
+    )
+    assert turn.text == "Let me check the forecast."
+    assert [(call.name, call.arguments) for call in turn.tool_calls] == [
+        ("weather", CALL_ARGUMENTS)
+    ]
+
+
+async def test_acomplete_of_a_client_without_its_own_is_the_final_turn_of_its_stream():
+    class StreamOnly(ProviderClient):
+        def complete(self, *, model, messages, tools=None, **settings):  # type: ignore[override]
+            raise AssertionError("streamed, not completed")
+
+        def capabilities(self, model: str) -> ModelCapabilities:
+            return ModelCapabilities()
+
+        def stream(self, *, model, messages, tools=None, **settings):  # type: ignore[override]
+            yield StreamChunk(text="Hel")
+            yield StreamChunk(turn=AssistantTurn(text="Hello"))
+
+    assert await StreamOnly().acomplete(model="m", messages=USER) == AssistantTurn(text="Hello")
+
+
 # --- retries ----------------------------------------------------------------------------
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import select
@@ -10,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 
 from providers import blocking
@@ -450,6 +452,79 @@ def test_stream_yields_each_event_as_it_arrives(h1_upstream):
     assert time.monotonic() - started < 2
     upstream.release.set()
     assert next(events).event == "message_stop"
+
+
+def test_a_plain_body_is_read_on_h11_without_httpxs_byte_iterators(h1_upstream, monkeypatch):
+    """The lean reader: a token-sized read must not cost six generator hops."""
+
+    def refused(self, chunk_size=None):
+        raise AssertionError("read through httpx's byte iterators")
+
+    monkeypatch.setattr(httpx.Response, "aiter_bytes", refused)
+    upstream = h1_upstream(stream(EVENT_1, EVENT_2), stream(EVENT_1))
+    transport, _ = make_transport()
+    events = list(stream_sse(transport, upstream.url, headers=HEADERS, body={}, model="m"))
+    assert [e.event for e in events] == ["message_start", "message_stop"]
+    # The whole body was read through h11: the connection went back to the pool.
+    list(stream_sse(transport, upstream.url, headers=HEADERS, body={}, model="m"))
+    assert len(set(upstream.peers)) == 1
+
+
+def test_chunks_split_anywhere_across_reads_give_the_same_events(h1_upstream):
+    """Chunk framing is h11's, whatever the read boundaries: a size line, a payload and
+    its CRLF split over writes, and a chunk extension."""
+    body = EVENT_1 + b": ping\n\n" + EVENT_2
+
+    def step(handler, upstream):
+        start_stream(handler)
+        framed = f"{len(body):x};ext=1\r\n".encode() + body + b"\r\n0\r\n\r\n"
+        for i in range(0, len(framed), 3):
+            handler.wfile.write(framed[i : i + 3])
+            handler.wfile.flush()
+            time.sleep(0.001)
+
+    upstream = h1_upstream(step)
+    transport, _ = make_transport()
+    events = list(stream_sse(transport, upstream.url, headers=HEADERS, body={}, model="m"))
+    assert events == [
+        SSEEvent("message_start", '{"n":1}'),
+        SSEEvent("message_stop", '{"n":2}'),
+    ]
+
+
+def test_a_compressed_stream_is_decoded_by_httpx(h1_upstream):
+    body = gzip.compress(EVENT_1 + EVENT_2)
+
+    def step(handler, upstream):
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Content-Encoding", "gzip")
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+        chunk(handler, body[:10])
+        chunk(handler, body[10:])
+        end_stream(handler)
+
+    upstream = h1_upstream(step)
+    transport, _ = make_transport()
+    events = list(stream_sse(transport, upstream.url, headers=HEADERS, body={}, model="m"))
+    assert [e.event for e in events] == ["message_start", "message_stop"]
+
+
+def test_a_malformed_chunk_header_is_a_stream_error(h1_upstream):
+    def step(handler, upstream):
+        start_stream(handler)
+        chunk(handler, EVENT_1)
+        handler.wfile.write(b"zz\r\nnot a chunk\r\n")
+        handler.wfile.flush()
+        handler.close_connection = True
+
+    upstream = h1_upstream(step)
+    transport, _ = make_transport()
+    events = stream_sse(transport, upstream.url, headers=HEADERS, body={}, model="m")
+    assert next(events).event == "message_start"
+    with pytest.raises(StreamError):
+        next(events)
 
 
 def test_nothing_is_retried_after_the_first_event(h1_upstream):

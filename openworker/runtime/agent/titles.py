@@ -98,16 +98,22 @@ def title_request_for(session: Session, messages: list[Message]) -> TitleRequest
 async def atitle_from_model(request: TitleRequest, provider: Any) -> str:
     """A few words from the model, or "" (any failure only costs the nicer title).
 
-    Streamed through `astream` on the engine's loop: a blocking call per titled session
-    put hundreds of threads back beside the streams when many turns ended at once
-    (bench/stream_path.py)."""
-    final = None
+    Asked on the engine's loop, not streamed: nobody watches a title arrive, and a
+    streamed one was an event per token beside the replies still streaming (40 of them
+    per titled session; 15% of Daphne's event loop with 200 replies ending at once,
+    bench/stream_path.py --mode embedded). `acomplete` reads the whole reply at once; a
+    provider without it is streamed as before. Never a blocking call: a thread per
+    titled session put hundreds of threads back beside the streams."""
     try:
-        async for chunk in provider.astream(
-            model=request.model, messages=request.messages, max_tokens=TITLE_MAX_TOKENS
-        ):
-            if chunk.turn is not None:
-                final = chunk.turn
+        acomplete = getattr(provider, "acomplete", None)
+        kwargs = {"model": request.model, "messages": request.messages}
+        if acomplete is not None:
+            final = await acomplete(**kwargs, max_tokens=TITLE_MAX_TOKENS)
+        else:
+            final = None
+            async for chunk in provider.astream(**kwargs, max_tokens=TITLE_MAX_TOKENS):
+                if chunk.turn is not None:
+                    final = chunk.turn
     except Exception:
         logger.info("titling session %s failed", request.session_id, exc_info=True)
         return ""

@@ -32,6 +32,11 @@ RUNNING_TTL_SECONDS = 6 * 3600
 REFRESH_TTL_EVERY = 32
 # Bound one turn's buffer: a runaway turn cannot fill Redis.
 MAX_EVENTS_PER_TURN = 50_000
+# Embedded mode: expired buffers are looked for at most this often, not on every append
+# (a walk over every turn's buffer, finished ones kept FINISHED_TTL_SECONDS, per event:
+# with 200 turns streaming, a few per cent of Daphne's loop; a second late is nothing
+# against TTLs of minutes).
+SWEEP_SECONDS = 1.0
 
 
 class ReplayBuffer(Protocol):
@@ -53,9 +58,13 @@ class MemoryReplayBuffer:
     def __init__(self) -> None:
         self._events: dict[str, list[dict[str, Any]]] = {}
         self._expires: dict[str, float] = {}
+        self._next_sweep = 0.0
 
     def _sweep(self) -> None:
         now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + SWEEP_SECONDS
         for turn_id in [t for t, at in self._expires.items() if at < now]:
             self._events.pop(turn_id, None)
             self._expires.pop(turn_id, None)
