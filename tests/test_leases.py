@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -337,3 +338,29 @@ async def test_the_keeper_writes_partials_and_learns_of_a_sweep(owner: Any) -> N
     assert streaming.told == ["lost"]
     row = await Turn.objects.aget(pk=row.pk)
     assert (row.status, row.partial_text) == (Turn.Status.INTERRUPTED, "partial answer")
+
+
+async def test_the_keeper_beats_while_its_event_loop_is_blocked(heartbeats: Heartbeats) -> None:
+    # A loop running late under load must not let its turns' leases lapse: the beats are
+    # timed by the keeper's own thread, so they go on while the loop does not run at all.
+    keeper = LeaseKeeper(interval=0.01)
+    streaming = Turnish("streaming")
+    streaming.text = "so far"
+    keeper.hold(streaming.lease())
+    calls_before = len(heartbeats.calls)
+    time.sleep(0.5)  # the loop is stuck: no task of it runs meanwhile
+    assert len(heartbeats.calls) - calls_before >= 3
+    assert heartbeats.calls[calls_before][0].partial_text == "so far"
+    keeper.release("streaming")
+
+
+async def test_a_turn_is_told_of_a_lost_lease_on_its_own_loop(heartbeats: Heartbeats) -> None:
+    keeper = LeaseKeeper(interval=0.01)
+    lost = Turnish("lost")
+    heartbeats.replies = {"lost": HeartbeatReply(owned=False, cancel_requested=False)}
+    told_on: list[int] = []
+    lease = lost.lease()
+    lease.on_lost = lambda: (told_on.append(threading.get_ident()), lost.lost.set())
+    keeper.hold(lease)
+    await asyncio.wait_for(lost.lost.wait(), 10)
+    assert told_on == [threading.get_ident()]

@@ -71,6 +71,13 @@ def _pooled(fn: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+def db_blocking(fn: Callable[..., Any], /, *, pool: str, **kwargs: Any) -> Any:
+    """`fn(**kwargs)` run on `pool`'s database thread, waited for from a plain thread (the
+    lease keeper's ticker), with the same connection handling as `db`."""
+    call = _pooled(fn) if settings.DISTRIBUTED else fn
+    return _db_pool(pool).submit(call, **kwargs).result()
+
+
 def db(fn: Callable[..., Any], *, pool: str = "turn-db") -> Callable[..., Any]:
     """`fn` as a coroutine function run on the worker's database threads (`pool`:
     "turn-db", or "lease-db" for heartbeats); embedded, turn calls run on Django's sync

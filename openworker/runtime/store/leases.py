@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from openworker.runtime.store import turn_state
-from openworker.runtime.store.dbcall import db
+from openworker.runtime.store.dbcall import db, db_blocking
 
 logger = logging.getLogger(__name__)
 
@@ -37,32 +39,71 @@ class Lease:
 
 
 class LeaseKeeper:
+    """Beats for every lease of one event loop.
+
+    The beats are timed by a thread of their own, not by the loop: a loop running seconds
+    late under load (200 streams in embedded Daphne, a burst of turn starts) would let the
+    leases of turns it is still streaming expire, and the sweeper would interrupt them
+    (seen in bench/stream_path.py: 1-4 turns of 200 "lease lost" while tokens came seconds
+    late). The ticker reads the partials (plain strings) and writes them on the
+    "lease-db" thread; what a reply says is told to each turn on its loop."""
+
     def __init__(self, interval: float = HEARTBEAT_SECONDS) -> None:
         self.interval = interval
         self._leases: dict[str, Lease] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ticker: threading.Thread | None = None
+        self._lock = threading.Lock()
 
     def hold(self, lease: Lease) -> None:
         """Beat for `lease` from now on (the first beat within `interval`)."""
+        self._loop = asyncio.get_running_loop()
         self._leases[lease.turn_id] = lease
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        with self._lock:
+            if self._ticker is None:
+                self._ticker = threading.Thread(target=self._tick, name="lease-ticker", daemon=True)
+                self._ticker.start()
 
     def release(self, turn_id: str) -> None:
         self._leases.pop(turn_id, None)
 
-    async def _run(self) -> None:
-        while self._leases:
-            await asyncio.sleep(self.interval)
+    def _tick(self) -> None:
+        while True:
+            time.sleep(self.interval)
+            with self._lock:
+                if not self._leases:
+                    self._ticker = None  # the next hold() starts another
+                    return
             try:
-                await self.beat()
-            except asyncio.CancelledError:
-                raise
+                leases, beats = self._collect()
+                try:
+                    replies = db_blocking(turn_state.turns_heartbeat, pool="lease-db", beats=beats)
+                except BaseException:
+                    self._unsent(leases)
+                    raise
+                loop = self._loop
+                if loop is not None:
+                    loop.call_soon_threadsafe(self._apply, leases, replies)
+            except RuntimeError:
+                # The loop (or the database pool) is closed: its turns are gone with it.
+                with self._lock:
+                    self._ticker = None
+                return
             except Exception:
                 # The database is away: the leases run on, and the next beat retries.
                 logger.warning("heartbeat of %d turns failed", len(self._leases), exc_info=True)
 
     async def beat(self) -> None:
+        """One beat now, from the loop (what the ticker does each interval)."""
+        leases, beats = self._collect()
+        try:
+            replies = await db(turn_state.turns_heartbeat, pool="lease-db")(beats=beats)
+        except BaseException:
+            self._unsent(leases)
+            raise
+        self._apply(leases, replies)
+
+    def _collect(self) -> tuple[list[Lease], list[turn_state.LeaseBeat]]:
         leases = list(self._leases.values())
         beats = []
         for lease in leases:
@@ -77,12 +118,14 @@ class LeaseKeeper:
                 )
             )
             lease.sent = partials
-        try:
-            replies = await db(turn_state.turns_heartbeat, pool="lease-db")(beats=beats)
-        except BaseException:
-            for lease in leases:
-                lease.sent = None  # not written: send it again next time
-            raise
+        return leases, beats
+
+    @staticmethod
+    def _unsent(leases: list[Lease]) -> None:
+        for lease in leases:
+            lease.sent = None  # not written: send it again next time
+
+    def _apply(self, leases: list[Lease], replies: dict[str, turn_state.HeartbeatReply]) -> None:
         for lease in leases:
             reply = replies.get(lease.turn_id)
             if reply is None or self._leases.get(lease.turn_id) is not lease:
