@@ -15,6 +15,7 @@ import contextlib
 import functools
 import json
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
@@ -116,8 +117,10 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             self._track(state["turn"])
             await self._fill(state["turn"])
         self.watcher = asyncio.ensure_future(self._watch())
+        idle_watch().add(self)
 
     async def disconnect(self, code: int) -> None:
+        idle_watch().discard(self)
         watcher = getattr(self, "watcher", None)
         if watcher is not None:
             watcher.cancel()
@@ -338,9 +341,9 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
 
     async def _watch(self) -> None:
         """Recover from dropped events: re-read the buffer of any active turn that has
-        been silent on this socket, and pick up active turns this socket never heard of."""
+        been silent on this socket. (Active turns this socket never heard of at all are
+        found by the process's `IdleTurnWatch`.)"""
         loop = asyncio.get_running_loop()
-        next_poll = loop.time() + ACTIVE_POLL_SECONDS
         while True:
             await asyncio.sleep(STALL_SECONDS / 2)
             now = loop.time()
@@ -348,17 +351,72 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
                 if now - last >= STALL_SECONDS:
                     self.tracking[turn_id] = now
                     await self._fill(turn_id)
-            # The poll is for a socket that knows of no active turn: one it tracks is
-            # recovered from its buffer above, and a second turn's events name it. Nor
-            # while this socket's own send waits for the database (its turn is tracked
-            # when it returns): behind a burst of sends, 200 waiting sockets polling every
-            # ACTIVE_POLL_SECONDS added a query each to the queue they waited in
-            # (bench/stream_path.py --mode embedded).
-            if now >= next_poll and not self.tracking and not self.sending:
-                next_poll = now + ACTIVE_POLL_SECONDS
-                active = await database_sync_to_async(_active_turn_ids)(self.session)
-                for turn_id in active - self.tracking.keys():
-                    self._track(turn_id)
+
+    def wants_turn_poll(self) -> bool:
+        """Whether the process's poll should look for this socket's turns: only while it
+        knows of no active turn (one it tracks is recovered from its buffer, and a second
+        turn's events name it), and not while its own send waits for the database (its
+        turn is tracked when it returns; behind a burst of sends the database queue is
+        the bottleneck: bench/stream_path.py --mode embedded)."""
+        return not self.tracking and not self.sending
+
+    def turns_found(self, turn_ids: set[str]) -> None:
+        for turn_id in turn_ids - self.tracking.keys():
+            self._track(turn_id)
+
+
+class IdleTurnWatch:
+    """Looks, every ACTIVE_POLL_SECONDS, for active turns that the idle sockets of this
+    process's event loop never heard of, in one query for all of them.
+
+    Each socket polling on its own was one query per idle socket per interval on
+    Daphne's one sync thread: at 2,000 open sockets 400 queries a second, behind which
+    new handshakes and sends queued until Daphne dropped them (bench/stream_path.py
+    --ks 2000)."""
+
+    def __init__(self) -> None:
+        self._sockets: set[SessionConsumer] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, socket: SessionConsumer) -> None:
+        self._sockets.add(socket)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def discard(self, socket: SessionConsumer) -> None:
+        self._sockets.discard(socket)
+
+    async def _run(self) -> None:
+        while self._sockets:
+            await asyncio.sleep(ACTIVE_POLL_SECONDS)
+            idle = [socket for socket in self._sockets if socket.wants_turn_poll()]
+            if not idle:
+                continue
+            try:
+                active = await database_sync_to_async(_active_turn_ids_by_session)(
+                    {socket.session_id for socket in idle}
+                )
+            except Exception:
+                logger.warning("polling %d sockets for active turns failed", len(idle))
+                continue
+            for socket in idle:
+                found = active.get(socket.session_id)
+                if found and socket in self._sockets and socket.wants_turn_poll():
+                    socket.turns_found(found)
+
+
+_idle_watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, IdleTurnWatch] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def idle_watch() -> IdleTurnWatch:
+    """The running event loop's watch."""
+    loop = asyncio.get_running_loop()
+    watch = _idle_watches.get(loop)
+    if watch is None:
+        watch = _idle_watches[loop] = IdleTurnWatch()
+    return watch
 
 
 async def _dispatch_each(
@@ -442,13 +500,10 @@ def _active_turn_states(session: Any) -> list[dict[str, Any]]:
     return states
 
 
-def _active_turn_ids(session: Any) -> set[str]:
-    """Turns that are producing events (a turn awaiting approval is quiet by design)."""
-    return {
-        str(turn.pk)
-        for turn in selectors.active_turns(session=session)
-        if turn.status != turn.Status.AWAITING_APPROVAL
-    }
+def _active_turn_ids_by_session(session_ids: set[str]) -> dict[str, set[str]]:
+    """Session id → its turns that are producing events (a turn awaiting approval is
+    quiet by design)."""
+    return selectors.active_turn_ids_by_session(session_ids=session_ids)
 
 
 def _parse_resume(query_string: bytes) -> dict[str, int]:

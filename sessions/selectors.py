@@ -61,6 +61,21 @@ def active_turns(*, session: Session) -> list[Turn]:
     return list(Turn.objects.filter(session=session, status__in=Turn.ACTIVE).order_by("created_at"))
 
 
+def active_turn_ids_by_session(*, session_ids: set[str]) -> dict[str, set[str]]:
+    """Session id → ids of its turns that are producing events (queued or running; a
+    turn awaiting approval is quiet by design), for many sessions in one query."""
+    found: dict[str, set[str]] = {}
+    ids = sorted(session_ids)
+    for start in range(0, len(ids), 1000):  # within every backend's parameter limit
+        rows = Turn.objects.filter(
+            session_id__in=ids[start : start + 1000],
+            status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING],
+        ).values_list("session_id", "pk")
+        for session_id, turn_id in rows:
+            found.setdefault(str(session_id), set()).add(str(turn_id))
+    return found
+
+
 def message_payload(message: Message) -> dict[str, Any]:
     """A message as it travels on the socket (JSON types only; no provider sidecars)."""
     return {

@@ -16,7 +16,7 @@ from openworker.asgi import application
 from openworker.runtime.live import events
 from openworker.runtime.live.replay import get_replay_buffer
 from sessions import consumers
-from sessions.models import Session
+from sessions.models import Session, Turn
 from tests.support.chat import session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -120,7 +120,7 @@ async def test_a_socket_whose_send_waits_for_the_database_does_not_poll_for_turn
     real_wrap = consumers.database_sync_to_async
 
     def recording_wrap(fn):
-        if fn is consumers._active_turn_ids:
+        if fn is consumers._active_turn_ids_by_session:
             polls.append(1)
         return real_wrap(fn)
 
@@ -146,3 +146,39 @@ async def test_a_socket_whose_send_waits_for_the_database_does_not_poll_for_turn
     await asyncio.sleep(0.3)
     assert len(polls) > before, "polling resumes once the send has returned"
     await ws.disconnect()
+
+
+async def test_idle_sockets_of_a_process_are_polled_for_turns_in_one_query(owner, monkeypatch):
+    """A thousand idle sockets polling on their own were a thousand queries per interval
+    on Daphne's one sync thread; the process asks once for all of them, and each socket
+    still learns of a turn it never heard of."""
+    monkeypatch.setattr(consumers, "ACTIVE_POLL_SECONDS", 0.1)
+    asked: list[set[str]] = []
+    real = consumers._active_turn_ids_by_session
+
+    def recording(session_ids):
+        asked.append(set(session_ids))
+        return real(session_ids)
+
+    monkeypatch.setattr(consumers, "_active_turn_ids_by_session", recording)
+    sessions = [
+        await Session.objects.acreate(owner=owner, model="anthropic:claude-test-1")
+        for _ in range(5)
+    ]
+    sockets = [await open_socket(owner, session) for session in sessions]
+    asked.clear()  # from here on all five are open and idle
+    while len(asked) < 3:
+        await asyncio.sleep(0.05)
+    assert asked == [{str(s.pk) for s in sessions}] * len(asked), "one query for all"
+
+    # A turn started elsewhere, none of whose events reached the socket: found by the poll,
+    # then recovered from its (here, just written) replay buffer.
+    turn = await sync_to_async(_queued_turn)(sessions[2])
+    await get_replay_buffer().append(turn, 1, delta(turn, 1))
+    assert await received_seqs(sockets[2], 1) == [1]
+    for ws in sockets:
+        await ws.disconnect()
+
+
+def _queued_turn(session) -> str:
+    return str(Turn.objects.create(session=session, model=session.model).pk)
