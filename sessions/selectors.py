@@ -10,7 +10,9 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection
 from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models.expressions import RawSQL
 
 from providers.capabilities import split_model
 from providers.edge.matrix import curated_matrix, models_for_user
@@ -49,12 +51,169 @@ def turn_get_for_session(*, session: Session, turn_id: object) -> Turn | None:
 
 
 def session_messages(*, session_id: uuid.UUID | str) -> list[Message]:
+    """Every message of the session, every branch, in append order (exports, admin)."""
     return list(Message.objects.filter(session_id=session_id).order_by("seq"))
 
 
 def session_history(*, session_id: uuid.UUID | str) -> list[dict[str, Any]]:
-    """The canonical transcript as dicts, in order."""
-    return [m.to_canonical() for m in session_messages(session_id=session_id)]
+    """The canonical transcript of the active path as dicts, in order."""
+    return [m.to_canonical() for m in session_path(session_id=session_id)]
+
+
+# --- the tree (docs/PROTOCOL.md "Branches") ----------------------------------------------
+
+
+def _path_seqs_sql(
+    session_id: uuid.UUID | str, leaf_seq: int, *, below: int | None = None, first: int = 0
+) -> RawSQL:
+    """The seqs of the path root → `leaf_seq`, as a subquery: a recursive CTE that walks
+    parent links over the (session, seq) unique index, so it costs O(depth), whatever the
+    size of the tree (PostgreSQL and SQLite both run it).
+
+    The walk goes leaf-first, so seqs come out in descending order (a parent's seq is
+    always smaller): `first` > 0 keeps only the newest `first` seqs below `below`, and
+    both databases stop walking there (PostgreSQL evaluates a WITH query only as far as
+    its reader fetches; SQLite runs it as a coroutine of the outer LIMIT). The chat
+    page's window then costs O(window), not O(depth)."""
+    table = connection.ops.quote_name(Message._meta.db_table)
+    field = Message._meta.get_field("session")
+    key = field.get_db_prep_value(_uuid(session_id) or session_id, connection)
+    sql = (
+        "WITH RECURSIVE path(seq, parent_seq) AS ("  # noqa: S608 (quoted identifier only)
+        f"SELECT seq, parent_seq FROM {table} WHERE session_id = %s AND seq = %s "
+        "UNION ALL "
+        f"SELECT m.seq, m.parent_seq FROM {table} m JOIN path p ON m.seq = p.parent_seq "
+        "WHERE m.session_id = %s"
+        ") SELECT seq FROM path"
+    )
+    params: list[Any] = [key, leaf_seq, key]
+    if below is not None:
+        sql += " WHERE seq < %s"
+        params.append(below)
+    if first:
+        sql += " LIMIT %s"
+        params.append(first)
+    return RawSQL(sql, params)  # noqa: S611 (every value is a parameter)
+
+
+def path_rows(
+    *,
+    session_id: uuid.UUID | str,
+    leaf_seq: int | None,
+    below: int | None = None,
+    first: int = 0,
+) -> QuerySet[Message]:
+    """The messages of the path root → `leaf_seq` (unordered queryset; filter and order
+    it); with `first`, only the newest `first` of them below seq `below` (the walk stops
+    there: see `_path_seqs_sql`).
+
+    `leaf_seq` None (a session that has no active leaf: empty, or its rows were written
+    around `services.message_insert`) reads as a line: every message of the session."""
+    rows = Message.objects.filter(session_id=session_id)
+    if leaf_seq is None:
+        if below is not None:
+            rows = rows.filter(seq__lt=below)
+        return rows
+    return rows.filter(seq__in=_path_seqs_sql(session_id, leaf_seq, below=below, first=first))
+
+
+def session_path(*, session_id: uuid.UUID | str, leaf_seq: int | None = None) -> list[Message]:
+    """The path root → `leaf_seq` (default: the session's active leaf), in order."""
+    if leaf_seq is None:
+        leaf_seq = Session.objects.filter(pk=session_id).values_list("active_seq", flat=True)[0]
+    return list(path_rows(session_id=session_id, leaf_seq=leaf_seq).order_by("seq"))
+
+
+def turn_path(*, turn: Turn) -> list[Message]:
+    """What a turn's next model call is built from: the path root → the turn's tip (its
+    newest message, else the message it started from, else the session's active leaf).
+    One query: the tip is found inside the path walk's seed."""
+    table = connection.ops.quote_name(Message._meta.db_table)
+    sessions = connection.ops.quote_name(Session._meta.db_table)
+    key = Message._meta.get_field("session").get_db_prep_value(turn.session_id, connection)
+    turn_key = Message._meta.get_field("turn").get_db_prep_value(turn.pk, connection)
+    seed = (
+        f"COALESCE((SELECT MAX(t.seq) FROM {table} t WHERE t.turn_id = %s), %s, "  # noqa: S608
+        f"(SELECT s.active_seq FROM {sessions} s WHERE s.id = %s))"
+    )
+    sql = (
+        "WITH RECURSIVE path(seq, parent_seq) AS ("  # noqa: S608 (quoted identifiers only)
+        f"SELECT seq, parent_seq FROM {table} WHERE session_id = %s AND seq = {seed} "
+        "UNION ALL "
+        f"SELECT m.seq, m.parent_seq FROM {table} m JOIN path p ON m.seq = p.parent_seq "
+        "WHERE m.session_id = %s"
+        ") SELECT seq FROM path"
+    )
+    params = [key, turn_key, turn.base_seq, key, key]
+    found = RawSQL(sql, params)  # noqa: S611 (every value is a parameter)
+    rows = Message.objects.filter(session_id=turn.session_id, seq__in=found).order_by("seq")
+    return list(rows)
+
+
+def siblings_of(*, session: Session, rows: list[Message]) -> dict[int | None, list[int]]:
+    """parent seq → the seqs of its children in creation order, for the parents of `rows`
+    (one query, for a branched session or not, so the page costs the same either way).
+    Empty for a session read as a line (no active leaf)."""
+    if not rows or session.active_seq is None:
+        return {}
+    parents = {m.parent_seq for m in rows}
+    match = Q(parent_seq__in=[p for p in parents if p is not None])
+    if None in parents:
+        match |= Q(parent_seq__isnull=True)
+    out: dict[int | None, list[int]] = {}
+    children = (
+        Message.objects.filter(session=session)
+        .filter(match)
+        .order_by("seq")
+        .values_list("parent_seq", "seq")
+    )
+    for parent, seq in children:
+        out.setdefault(parent, []).append(seq)
+    return out
+
+
+def attach_siblings(*, session: Session, rows: list[Message]) -> list[Message]:
+    """Set `siblings` (seqs, this one included) on each row, for payloads and views."""
+    found = siblings_of(session=session, rows=rows)
+    for row in rows:
+        row.siblings = found.get(row.parent_seq) or [row.seq]  # type: ignore[attr-defined]
+    return rows
+
+
+def newest_leaf_under(*, session: Session, seq: int) -> int | None:
+    """The newest message (highest seq) in the subtree of `seq`, or None when `seq` is not
+    a message of the session. A child always has a higher seq than its parent, so the
+    newest descendant has no children: it is a leaf."""
+    table = connection.ops.quote_name(Message._meta.db_table)
+    key = Message._meta.get_field("session").get_db_prep_value(session.pk, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH RECURSIVE below(seq) AS ("  # noqa: S608 (quoted identifier only)
+            f"SELECT seq FROM {table} WHERE session_id = %s AND seq = %s "
+            "UNION ALL "
+            f"SELECT m.seq FROM {table} m JOIN below b ON m.parent_seq = b.seq "
+            "WHERE m.session_id = %s"
+            ") SELECT MAX(seq) FROM below",
+            [key, seq, key],
+        )
+        row = cursor.fetchone()
+    return int(row[0]) if row and row[0] is not None else None
+
+
+def branch_count(*, session: Session) -> int:
+    """How many leaves the tree has besides the active one (the Markdown export says so)."""
+    if session.active_seq is None:
+        return 0
+    leaves = (
+        Message.objects.filter(session=session)
+        .exclude(
+            seq__in=Message.objects.filter(session=session, parent_seq__isnull=False).values(
+                "parent_seq"
+            )
+        )
+        .count()
+    )
+    return max(0, leaves - 1)
 
 
 def active_turns(*, session: Session) -> list[Turn]:
@@ -76,8 +235,10 @@ def active_turn_ids_by_session(*, session_ids: set[str]) -> dict[str, set[str]]:
     return found
 
 
-def message_payload(message: Message) -> dict[str, Any]:
-    """A message as it travels on the socket (JSON types only; no provider sidecars)."""
+def message_payload(message: Message, siblings: list[int] | None = None) -> dict[str, Any]:
+    """A message as it travels on the socket (JSON types only; no provider sidecars).
+    `siblings`: the seqs sharing its parent (`attach_siblings`), else just its own."""
+    siblings = siblings or getattr(message, "siblings", None) or [message.seq]
     return {
         "seq": message.seq,
         "role": message.role,
@@ -93,6 +254,9 @@ def message_payload(message: Message) -> dict[str, Any]:
         "model": message.model,
         "finish_reason": message.finish_reason,
         "turn": str(message.turn_id) if message.turn_id else None,
+        "parent": message.parent_seq,
+        "siblings": list(siblings),
+        "continues": message.parent_seq if message.continuation else None,
     }
 
 
@@ -130,24 +294,31 @@ def session_list_page(
 
 
 def messages_window(
-    *, session: Session, before: int | None = None, after: int | None = None, limit: int = 0
+    *,
+    session: Session,
+    before: int | None = None,
+    after: int | None = None,
+    limit: int = 0,
+    leaf: int | None = None,
 ) -> tuple[list[Message], bool]:
-    """Up to `limit` messages in transcript order and whether older ones exist.
+    """Up to `limit` messages of the path root → `leaf` (default: the active leaf), in
+    transcript order, and whether older ones exist; each row carries `siblings`.
 
     `before`: the newest messages with seq < before (the default window is the latest);
-    `after`: the oldest messages with seq > after (a live page catching up). One query:
-    one row beyond the limit is read to know whether there is more.
+    `after`: the oldest messages with seq > after (a live page catching up). Two queries,
+    branched or not: the window (the path walk is a subquery; one row beyond the limit
+    is read to know whether there is more) and the window's siblings.
     """
     limit = limit or MESSAGE_WINDOW
-    rows = Message.objects.filter(session=session)
+    leaf = leaf if leaf is not None else session.active_seq
     if after is not None:
+        rows = path_rows(session_id=session.pk, leaf_seq=leaf)
         found = list(rows.filter(seq__gt=after).order_by("seq")[: limit + 1])
-        return found[:limit], len(found) > limit
-    if before is not None:
-        rows = rows.filter(seq__lt=before)
+        return attach_siblings(session=session, rows=found[:limit]), len(found) > limit
+    rows = path_rows(session_id=session.pk, leaf_seq=leaf, below=before, first=limit + 1)
     newest_first = list(rows.order_by("-seq")[: limit + 1])
     more = len(newest_first) > limit
-    return list(reversed(newest_first[:limit])), more
+    return attach_siblings(session=session, rows=list(reversed(newest_first[:limit]))), more
 
 
 def turns_by_id(*, session: Session, turn_ids: set[Any]) -> dict[str, Turn]:
@@ -161,13 +332,17 @@ def session_last_turn(*, session: Session) -> Turn | None:
     return Turn.objects.filter(session=session).order_by("-created_at").first()
 
 
-def checkpoints_between(*, session: Session, first_seq: int, last_seq: int) -> list[Any]:
-    """Compaction checkpoints whose boundary falls inside a rendered window."""
-    return list(
-        CompactionCheckpoint.objects.filter(
-            session=session, boundary_seq__gte=first_seq, boundary_seq__lte=last_seq
-        ).order_by("boundary_seq", "created_at")
+def checkpoints_between(
+    *, session: Session, first_seq: int, last_seq: int, shown: list[Message] | None = None
+) -> list[Any]:
+    """Compaction checkpoints whose boundary falls inside a rendered window (and, given
+    the window's rows, is one of them: a checkpoint of another branch is not shown)."""
+    rows = CompactionCheckpoint.objects.filter(
+        session=session, boundary_seq__gte=first_seq, boundary_seq__lte=last_seq
     )
+    if shown is not None:
+        rows = rows.filter(boundary_seq__in=[m.seq for m in shown])
+    return list(rows.order_by("boundary_seq", "created_at"))
 
 
 def session_cost(*, session: Session) -> Any:
@@ -191,10 +366,13 @@ def user_default_model(*, user: AbstractBaseUser) -> str:
 
 def attachment_kinds(*, session: Session) -> list[dict[str, Any]]:
     """The user messages that carry attachments, as small canonical dicts (content only):
-    what `runtime.agent.degradation.degradation_note` needs, without loading the transcript."""
+    what `runtime.agent.degradation.degradation_note` needs, without loading the transcript.
+    Of the active path only: what the next turn sends."""
     out = []
     contents = (
-        Message.objects.filter(session=session, role=Message.Role.USER)
+        path_rows(session_id=session.pk, leaf_seq=session.active_seq)
+        .filter(role=Message.Role.USER)
+        .order_by("seq")
         .values_list("content", flat=True)
         .iterator(chunk_size=500)
     )
