@@ -62,6 +62,14 @@ MAX_HELD_EVENTS = 5_000
 SETTLED = {"completed", "failed", "cancelled", "interrupted", "awaiting_approval"}
 
 
+def _is_seq(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _optional_seq(value: Any) -> bool:
+    return value is None or _is_seq(value)
+
+
 class SessionConsumer(AsyncJsonWebsocketConsumer):
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         """Channels' `AsyncConsumer.__call__`, with `_dispatch_each` in place of its
@@ -156,6 +164,10 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             "deny": self._on_decide,
             "resume": self._on_resume,
             "retry": self._on_retry,
+            "edit": self._on_edit,
+            "regenerate": self._on_regenerate,
+            "switch": self._on_switch,
+            "continue": self._on_continue,
         }.get(content["type"])
         if handler is None:
             await self._error(f"Unknown message type {content['type'][:40]!r}.")
@@ -213,6 +225,78 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         turn = await self._turn(content)
         if turn is not None:
             await database_sync_to_async(commands.turn_retry)(turn=turn)
+
+    # --- the tree (docs/PROTOCOL.md "Branches") ----------------------------------------
+
+    async def _on_edit(self, content: dict[str, Any]) -> None:
+        text = content.get("text", "")
+        attachment_ids = content.get("attachments")
+        model = content.get("model")
+        if (
+            not isinstance(text, str)
+            or not _is_seq(content.get("message"))
+            or not _optional_seq(content.get("leaf"))
+            or (
+                attachment_ids is not None
+                and (
+                    not isinstance(attachment_ids, list)
+                    or not all(isinstance(a, str) for a in attachment_ids)
+                )
+            )
+            or (model is not None and not isinstance(model, str))
+        ):
+            await self._error(
+                "edit takes message (a seq), text (string), attachments (ids), model and leaf."
+            )
+            return
+        turn = await database_sync_to_async(commands.turn_edit)(
+            session=self.session,
+            user=self.user,
+            message=content["message"],
+            text=text,
+            attachment_ids=attachment_ids,
+            model=model,
+            leaf=content.get("leaf"),
+        )
+        self._track(str(turn.pk))
+
+    async def _on_regenerate(self, content: dict[str, Any]) -> None:
+        model = content.get("model")
+        if (
+            not _is_seq(content.get("message"))
+            or not _optional_seq(content.get("leaf"))
+            or (model is not None and not isinstance(model, str))
+        ):
+            await self._error("regenerate takes message (a seq), model and leaf.")
+            return
+        turn = await database_sync_to_async(commands.turn_regenerate)(
+            session=self.session,
+            user=self.user,
+            message=content["message"],
+            model=model,
+            leaf=content.get("leaf"),
+        )
+        self._track(str(turn.pk))
+
+    async def _on_switch(self, content: dict[str, Any]) -> None:
+        if not _is_seq(content.get("message")) or not _optional_seq(content.get("leaf")):
+            await self._error("switch takes message (a seq) and leaf.")
+            return
+        await database_sync_to_async(commands.branch_switch)(
+            session=self.session, message=content["message"], leaf=content.get("leaf")
+        )
+
+    async def _on_continue(self, content: dict[str, Any]) -> None:
+        if not _optional_seq(content.get("leaf")):
+            await self._error("continue takes turn and leaf.")
+            return
+        turn = await self._turn(content)
+        if turn is None:
+            return
+        started = await database_sync_to_async(commands.turn_continue)(
+            turn=turn, user=self.user, leaf=content.get("leaf")
+        )
+        self._track(str(started.pk))
 
     async def _on_resume(self, content: dict[str, Any]) -> None:
         turn = await self._turn(content)

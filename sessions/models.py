@@ -1,8 +1,10 @@
 """The product's data: chat sessions, their canonical transcripts, turns and attachments.
 
-The transcript is append-only: one `Message` row per canonical message, ordered by a
-per-session sequence number. Compaction, degradation and cache marks act on the outbound
-copy only; nothing here is ever rewritten for a model.
+The transcript is append-only: one `Message` row per canonical message, numbered by a
+per-session sequence number (the append order). It is a tree (docs/PROTOCOL.md
+"Branches"): each message names its parent by seq, the session its active leaf; editing or
+regenerating adds siblings and never rewrites or deletes a row. Compaction, degradation and
+cache marks act on the outbound copy only; nothing here is ever rewritten for a model.
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ class Session(models.Model):
     compaction_state = models.JSONField(null=True, blank=True)
     # Prompt-side tokens of the latest model call: the context meter and compaction signal.
     last_context_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # The seq of the message the page shows last: the path root → here is the transcript
+    # the page renders and the next `send` extends. NULL while the session is empty.
+    # A seq, not a foreign key: the protocol, exports and the path walk all speak seqs,
+    # and (session, seq) is unique.
+    active_seq = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["-updated_at"]
@@ -81,6 +88,13 @@ class Turn(models.Model):
     approvals = models.JSONField(default=dict, blank=True)
     usage = models.JSONField(null=True, blank=True)
     cost = models.DecimalField(max_digits=14, decimal_places=6, null=True, blank=True)
+    # The seq of the message the turn's first row hangs under: the active leaf for a
+    # `send`, the edited message's parent for an edit, the answered user message for a
+    # regenerate, the cut reply for a continue. NULL for turns older than the tree.
+    base_seq = models.PositiveIntegerField(null=True, blank=True)
+    # A continue turn: "prefill" (the request ends with the cut assistant message) or
+    # "instruction" (a wire-only user instruction follows it); "" for every other turn.
+    continuation = models.CharField(max_length=20, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -107,6 +121,9 @@ class Message(models.Model):
 
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="messages")
     seq = models.PositiveIntegerField()
+    # The message before this one on its path (its seq; always smaller), NULL for a first
+    # message. Siblings share a parent.
+    parent_seq = models.PositiveIntegerField(null=True, blank=True)
     turn = models.ForeignKey(
         Turn, on_delete=models.SET_NULL, null=True, blank=True, related_name="messages"
     )
@@ -120,6 +137,9 @@ class Message(models.Model):
     usage = models.JSONField(null=True, blank=True)
     model = models.CharField(max_length=200, blank=True)
     finish_reason = models.CharField(max_length=40, blank=True)
+    # A continuation row ("prefill" / "instruction", see Turn.continuation): an assistant
+    # message holding the rest of its parent, the cut reply it continues.
+    continuation = models.CharField(max_length=20, blank=True)
     # Idempotency: a redelivered or retried turn never writes the same step twice.
     # NULL, not "": rows without a key must not collide under the unique constraint.
     dedupe_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
@@ -133,6 +153,8 @@ class Message(models.Model):
                 fields=["session", "dedupe_key"], name="message_session_dedupe"
             ),
         ]
+        # Siblings (children of one parent) in one index range.
+        indexes = [models.Index(fields=["session", "parent_seq"], name="message_session_parent")]
 
     def __str__(self) -> str:
         return f"{self.role} #{self.seq}"
@@ -150,6 +172,9 @@ class Message(models.Model):
             out["extras"] = self.extras
         if self.usage:
             out["usage"] = self.usage
+        if self.continuation:
+            # Read by the outbound view (runtime.agent.history), never sent as is.
+            out["continuation"] = self.continuation
         return out
 
 
@@ -237,6 +262,9 @@ class CompactionCheckpoint(models.Model):
     boundary_seq = models.PositiveIntegerField()
     boundary_index = models.PositiveIntegerField()
     summary = models.TextField()
+    # The whole CompactionState it computed (to_dict()): a checkpoint applies to any path
+    # its boundary message lies on (docs/PROTOCOL.md "Compaction on a tree").
+    state = models.JSONField(null=True, blank=True)
     tokens_before = models.PositiveIntegerField(null=True, blank=True)
     tokens_after = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

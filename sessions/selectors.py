@@ -10,7 +10,9 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection
 from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models.expressions import RawSQL
 
 from providers.capabilities import split_model
 from providers.edge.matrix import curated_matrix, models_for_user
@@ -49,20 +51,139 @@ def turn_get_for_session(*, session: Session, turn_id: object) -> Turn | None:
 
 
 def session_messages(*, session_id: uuid.UUID | str) -> list[Message]:
+    """Every message of the session, every branch, in append order (exports, admin)."""
     return list(Message.objects.filter(session_id=session_id).order_by("seq"))
 
 
 def session_history(*, session_id: uuid.UUID | str) -> list[dict[str, Any]]:
-    """The canonical transcript as dicts, in order."""
-    return [m.to_canonical() for m in session_messages(session_id=session_id)]
+    """The canonical transcript of the active path as dicts, in order."""
+    return [m.to_canonical() for m in session_path(session_id=session_id)]
+
+
+# --- the tree (docs/PROTOCOL.md "Branches") ----------------------------------------------
+
+
+def _path_seqs_sql(session_id: uuid.UUID | str, leaf_seq: int) -> RawSQL:
+    """The seqs of the path root → `leaf_seq`, as a subquery: a recursive CTE that walks
+    parent links over the (session, seq) unique index, so it costs O(depth), whatever the
+    size of the tree (PostgreSQL and SQLite both run it)."""
+    table = connection.ops.quote_name(Message._meta.db_table)
+    field = Message._meta.get_field("session")
+    key = field.get_db_prep_value(_uuid(session_id) or session_id, connection)
+    sql = (
+        "WITH RECURSIVE path(seq, parent_seq) AS ("  # noqa: S608 (quoted identifier only)
+        f"SELECT seq, parent_seq FROM {table} WHERE session_id = %s AND seq = %s "
+        "UNION ALL "
+        f"SELECT m.seq, m.parent_seq FROM {table} m JOIN path p ON m.seq = p.parent_seq "
+        "WHERE m.session_id = %s"
+        ") SELECT seq FROM path"
+    )
+    return RawSQL(sql, (key, leaf_seq, key))  # noqa: S611 (every value is a parameter)
+
+
+def path_rows(*, session_id: uuid.UUID | str, leaf_seq: int | None) -> QuerySet[Message]:
+    """The messages of the path root → `leaf_seq` (unordered queryset; filter and order it).
+
+    `leaf_seq` None (a session that has no active leaf: empty, or its rows were written
+    around `services.message_insert`) reads as a line: every message of the session."""
+    rows = Message.objects.filter(session_id=session_id)
+    if leaf_seq is None:
+        return rows
+    return rows.filter(seq__in=_path_seqs_sql(session_id, leaf_seq))
+
+
+def session_path(*, session_id: uuid.UUID | str, leaf_seq: int | None = None) -> list[Message]:
+    """The path root → `leaf_seq` (default: the session's active leaf), in order."""
+    if leaf_seq is None:
+        leaf_seq = Session.objects.filter(pk=session_id).values_list("active_seq", flat=True)[0]
+    return list(path_rows(session_id=session_id, leaf_seq=leaf_seq).order_by("seq"))
+
+
+def turn_path(*, turn: Turn) -> list[Message]:
+    """What a turn's next model call is built from: the path root → the turn's tip (its
+    newest message, else the message it started from, else the session's active leaf)."""
+    tip = Message.objects.filter(turn=turn).order_by("-seq").values_list("seq", flat=True).first()
+    if tip is None:
+        tip = turn.base_seq
+    if tip is None:
+        tip = Session.objects.filter(pk=turn.session_id).values_list("active_seq", flat=True)[0]
+    return list(path_rows(session_id=turn.session_id, leaf_seq=tip).order_by("seq"))
+
+
+def siblings_of(*, session: Session, rows: list[Message]) -> dict[int | None, list[int]]:
+    """parent seq → the seqs of its children in creation order, for the parents of `rows`
+    (one query, for a branched session or not, so the page costs the same either way).
+    Empty for a session read as a line (no active leaf)."""
+    if not rows or session.active_seq is None:
+        return {}
+    parents = {m.parent_seq for m in rows}
+    match = Q(parent_seq__in=[p for p in parents if p is not None])
+    if None in parents:
+        match |= Q(parent_seq__isnull=True)
+    out: dict[int | None, list[int]] = {}
+    children = (
+        Message.objects.filter(session=session)
+        .filter(match)
+        .order_by("seq")
+        .values_list("parent_seq", "seq")
+    )
+    for parent, seq in children:
+        out.setdefault(parent, []).append(seq)
+    return out
+
+
+def attach_siblings(*, session: Session, rows: list[Message]) -> list[Message]:
+    """Set `siblings` (seqs, this one included) on each row, for payloads and views."""
+    found = siblings_of(session=session, rows=rows)
+    for row in rows:
+        row.siblings = found.get(row.parent_seq) or [row.seq]  # type: ignore[attr-defined]
+    return rows
+
+
+def newest_leaf_under(*, session: Session, seq: int) -> int | None:
+    """The newest message (highest seq) in the subtree of `seq`, or None when `seq` is not
+    a message of the session. A child always has a higher seq than its parent, so the
+    newest descendant has no children: it is a leaf."""
+    table = connection.ops.quote_name(Message._meta.db_table)
+    key = Message._meta.get_field("session").get_db_prep_value(session.pk, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH RECURSIVE below(seq) AS ("  # noqa: S608 (quoted identifier only)
+            f"SELECT seq FROM {table} WHERE session_id = %s AND seq = %s "
+            "UNION ALL "
+            f"SELECT m.seq FROM {table} m JOIN below b ON m.parent_seq = b.seq "
+            "WHERE m.session_id = %s"
+            ") SELECT MAX(seq) FROM below",
+            [key, seq, key],
+        )
+        row = cursor.fetchone()
+    return int(row[0]) if row and row[0] is not None else None
+
+
+def branch_count(*, session: Session) -> int:
+    """How many leaves the tree has besides the active one (the Markdown export says so)."""
+    if session.active_seq is None:
+        return 0
+    leaves = (
+        Message.objects.filter(session=session)
+        .exclude(
+            seq__in=Message.objects.filter(session=session, parent_seq__isnull=False).values(
+                "parent_seq"
+            )
+        )
+        .count()
+    )
+    return max(0, leaves - 1)
 
 
 def active_turns(*, session: Session) -> list[Turn]:
     return list(Turn.objects.filter(session=session, status__in=Turn.ACTIVE).order_by("created_at"))
 
 
-def message_payload(message: Message) -> dict[str, Any]:
-    """A message as it travels on the socket (JSON types only; no provider sidecars)."""
+def message_payload(message: Message, siblings: list[int] | None = None) -> dict[str, Any]:
+    """A message as it travels on the socket (JSON types only; no provider sidecars).
+    `siblings`: the seqs sharing its parent (`attach_siblings`), else just its own."""
+    siblings = siblings or getattr(message, "siblings", None) or [message.seq]
     return {
         "seq": message.seq,
         "role": message.role,
@@ -78,6 +199,9 @@ def message_payload(message: Message) -> dict[str, Any]:
         "model": message.model,
         "finish_reason": message.finish_reason,
         "turn": str(message.turn_id) if message.turn_id else None,
+        "parent": message.parent_seq,
+        "siblings": list(siblings),
+        "continues": message.parent_seq if message.continuation else None,
     }
 
 
@@ -115,24 +239,32 @@ def session_list_page(
 
 
 def messages_window(
-    *, session: Session, before: int | None = None, after: int | None = None, limit: int = 0
+    *,
+    session: Session,
+    before: int | None = None,
+    after: int | None = None,
+    limit: int = 0,
+    leaf: int | None = None,
 ) -> tuple[list[Message], bool]:
-    """Up to `limit` messages in transcript order and whether older ones exist.
+    """Up to `limit` messages of the path root → `leaf` (default: the active leaf), in
+    transcript order, and whether older ones exist; each row carries `siblings`.
 
     `before`: the newest messages with seq < before (the default window is the latest);
-    `after`: the oldest messages with seq > after (a live page catching up). One query:
-    one row beyond the limit is read to know whether there is more.
+    `after`: the oldest messages with seq > after (a live page catching up). Two queries,
+    branched or not: the window (the path walk is a subquery; one row beyond the limit
+    is read to know whether there is more) and the window's siblings.
     """
     limit = limit or MESSAGE_WINDOW
-    rows = Message.objects.filter(session=session)
+    leaf = leaf if leaf is not None else session.active_seq
+    rows = path_rows(session_id=session.pk, leaf_seq=leaf)
     if after is not None:
         found = list(rows.filter(seq__gt=after).order_by("seq")[: limit + 1])
-        return found[:limit], len(found) > limit
+        return attach_siblings(session=session, rows=found[:limit]), len(found) > limit
     if before is not None:
         rows = rows.filter(seq__lt=before)
     newest_first = list(rows.order_by("-seq")[: limit + 1])
     more = len(newest_first) > limit
-    return list(reversed(newest_first[:limit])), more
+    return attach_siblings(session=session, rows=list(reversed(newest_first[:limit]))), more
 
 
 def turns_by_id(*, session: Session, turn_ids: set[Any]) -> dict[str, Turn]:

@@ -17,7 +17,8 @@ from typing import Any
 from django.conf import settings
 from django.core.files.base import ContentFile
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, OuterRef, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from providers.edge.model_policy import ModelRefused, model_require
@@ -62,6 +63,7 @@ def message_append(
     usage: dict[str, Any] | None = None,
     model: str = "",
     finish_reason: str = "",
+    continuation: str = "",
     dedupe_key: str | None = None,
 ) -> Message:
     """Append one canonical message; idempotent on `dedupe_key` (a replayed step returns
@@ -81,10 +83,15 @@ def message_append(
                 "usage": usage,
                 "model": model,
                 "finish_reason": finish_reason,
+                "continuation": continuation,
             },
             dedupe_key=dedupe_key,
         )
     return message
+
+
+# `message_insert(parent_seq=TIP)`: hang the message under its turn's tip (below).
+TIP: Any = object()
 
 
 def message_insert(
@@ -94,28 +101,73 @@ def message_insert(
     dedupe_key: str | None,
     context_tokens: int | None = None,
     new_key: bool = False,
+    parent_seq: int | None = TIP,
+    activate: bool = False,
 ) -> tuple[Message, bool]:
-    """Insert a message inside the caller's transaction: (message, created). Three
-    statements: take the next sequence number (which locks the session row, so appends
-    to one session serialise across processes), look for the dedupe key (unless the
-    caller made the key in this transaction: `new_key`), insert."""
-    seq = session_take_seq(session_id, context_tokens=context_tokens)
+    """Insert a message inside the caller's transaction: (message, created). Take the
+    next sequence number (which locks the session row, so appends to one session
+    serialise across processes), look for the dedupe key (unless the caller made the key
+    in this transaction: `new_key`), find the parent, insert, move the active leaf.
+
+    The parent (docs/PROTOCOL.md "Branches"), unless the caller names one: the turn's
+    newest message, else the message the turn started from (`Turn.base_seq`), else (no
+    turn) the session's active leaf. The new message becomes the active leaf when its
+    parent was the active leaf (a turn extends the path the page shows), or `activate`."""
+    turn_id = fields.get("turn_id")
+    if parent_seq is TIP and turn_id is not None and not new_key:
+        # Written by the turn's lease holder only: no lock needed to read its tip. (A
+        # key made in this transaction is a new turn's first message: it has no tip.)
+        parent_seq = _turn_tip(turn_id)
+    seq, active = session_take_seq(
+        session_id, context_tokens=context_tokens, parent_seq=parent_seq, activate=activate
+    )
     if dedupe_key is not None and not new_key:
         existing = Message.objects.filter(session_id=session_id, dedupe_key=dedupe_key).first()
         if existing is not None:
-            # Under the row lock: give the number back, so a replay leaves no gap.
-            Session.objects.filter(pk=session_id).update(next_seq=F("next_seq") - 1)
+            # Under the row lock: give the number (and the active leaf) back, so a
+            # replay leaves no gap.
+            Session.objects.filter(pk=session_id).update(
+                next_seq=F("next_seq") - 1, active_seq=parent_seq if active == seq else active
+            )
             return existing, False
+    extends_active = parent_seq is TIP
+    if extends_active:
+        # A `send` (or no turn): under the active leaf, which stays ours under the row
+        # lock. One more UPDATE moves the leaf: `UPDATE ... RETURNING` gives the new row.
+        parent_seq = active
     message = Message.objects.create(
-        session_id=session_id, seq=seq, dedupe_key=dedupe_key, **fields
+        session_id=session_id, seq=seq, dedupe_key=dedupe_key, parent_seq=parent_seq, **fields
     )
+    if extends_active:
+        Session.objects.filter(pk=session_id).update(active_seq=seq)
     return message, True
 
 
-def session_take_seq(session_id: uuid.UUID | str, *, context_tokens: int | None) -> int:
-    """The session's next message number, counted up in one `UPDATE ... RETURNING`
-    (PostgreSQL, and SQLite since 3.35) that also takes the row lock and touches
-    `updated_at` (and the context size, when a model call reported one)."""
+def _turn_tip(turn_id: uuid.UUID | str) -> Any:
+    """Where the next message of `turn_id` goes (one query): its newest message, else the
+    message it started from, else TIP (a turn from before the tree: the active leaf)."""
+    newest = Message.objects.filter(turn_id=OuterRef("pk")).order_by("-seq").values("seq")[:1]
+    found = (
+        Turn.objects.filter(pk=turn_id)
+        .annotate(tip=Coalesce(Subquery(newest), F("base_seq")))
+        .values_list("tip", flat=True)
+        .first()
+    )
+    return found if found is not None else TIP
+
+
+def session_take_seq(
+    session_id: uuid.UUID | str,
+    *,
+    context_tokens: int | None,
+    parent_seq: int | None = TIP,
+    activate: bool = False,
+) -> tuple[int, int | None]:
+    """(the session's next message number, its active leaf after this statement),
+    counted up in one `UPDATE ... RETURNING` (PostgreSQL, and SQLite since 3.35) that also
+    takes the row lock, touches `updated_at` (and the context size, when a model call
+    reported one) and moves the active leaf to the new message when `activate` or when
+    `parent_seq` (known) is the active leaf: a step's commit costs no extra statement."""
     table = connection.ops.quote_name(Session._meta.db_table)
     column = connection.ops.quote_name
     sets = [f"{column('next_seq')} = {column('next_seq')} + 1", f"{column('updated_at')} = %s"]
@@ -125,6 +177,19 @@ def session_take_seq(session_id: uuid.UUID | str, *, context_tokens: int | None)
     if context_tokens is not None:
         sets.append(f"{column('last_context_tokens')} = %s")
         params.append(context_tokens)
+    # Every SET expression reads the row as it was: `next_seq` here is the new seq.
+    active = column("active_seq")
+    if activate:
+        sets.append(f"{active} = {column('next_seq')}")
+    elif parent_seq is None:
+        sets.append(
+            f"{active} = CASE WHEN {active} IS NULL THEN {column('next_seq')} ELSE {active} END"
+        )
+    elif parent_seq is not TIP:
+        sets.append(
+            f"{active} = CASE WHEN {active} = %s THEN {column('next_seq')} ELSE {active} END"
+        )
+        params.append(parent_seq)
     pk = Session._meta.pk
     assert pk is not None
     params.append(pk.get_db_prep_value(_as_uuid(session_id), connection))
@@ -132,13 +197,13 @@ def session_take_seq(session_id: uuid.UUID | str, *, context_tokens: int | None)
         # Only quoted identifiers are interpolated; every value is a parameter.
         cursor.execute(
             f"UPDATE {table} SET {', '.join(sets)} WHERE {column(pk.column)} = %s "  # noqa: S608
-            f"RETURNING {column('next_seq')} - 1",
+            f"RETURNING {column('next_seq')} - 1, {column('active_seq')}",
             params,
         )
         row = cursor.fetchone()
     if row is None:
         raise Session.DoesNotExist(f"no session {session_id}")
-    return int(row[0])
+    return int(row[0]), (int(row[1]) if row[1] is not None else None)
 
 
 def _as_uuid(value: uuid.UUID | str) -> uuid.UUID:

@@ -41,6 +41,8 @@ def _commit(turn: Turn, *, key: str = "t:a0", finish: str | None = None, steps: 
         ),
         context_tokens=turn_state.context_tokens_of({"input": 10, "cache_read": 5}),
         finish=finish,
+        # As the engine does: the step's path tip (the user message, seq 1) is known.
+        parent_seq=1,
     )
 
 
@@ -80,6 +82,8 @@ class StepCommitContract:
         assert Session.objects.get(pk=turn.session_id).next_seq == 3
         later = services.message_append(session_id=turn.session_id, role="user", content="x")
         assert later.seq == 3
+        # The tree is intact too: the replay moved the active leaf nowhere.
+        assert later.parent_seq == 2
 
     def test_a_lost_lease_keeps_the_message_and_says_so(self, owner):
         turn = _running_turn(owner)
@@ -112,7 +116,7 @@ class StepCommitContract:
             "UPDATE",
         ], sql
 
-    def test_sending_a_message_is_three_reads_and_three_writes(self, owner):
+    def test_sending_a_message_is_three_reads_and_four_writes(self, owner):
         session = services.session_create(owner=owner)
         with CaptureQueriesContext(connection) as queries:
             turn = commands.turn_send(session=session, user=owner, text="hello")
@@ -124,10 +128,12 @@ class StepCommitContract:
             "SELECT",  # the sessions of their active turns
             "INSERT",  # the turn
             "UPDATE",  # the session's next sequence number
-            "INSERT",  # the message
+            "INSERT",  # the message, under the active leaf the UPDATE returned
+            "UPDATE",  # the active leaf: the new message
         ], sql
         message = Message.objects.get(turn=turn)
         assert (message.role, message.content, message.seq) == ("user", "hello", 1)
+        assert Session.objects.get(pk=session.pk).active_seq == 1
 
     def test_a_second_send_while_a_turn_runs_is_refused(self, owner):
         session = services.session_create(owner=owner)

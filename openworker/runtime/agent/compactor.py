@@ -1,7 +1,8 @@
 """The engine's side of auto-compaction: decide *when*, run the summarizer *with what*,
 persist the state. The policy itself is pure (`openworker.runtime.agent.compaction`).
 
-Outbound only: the state is stored on the session and applied to the copy sent to the
+Outbound only: the state is stored with its checkpoint (and the latest on the session)
+and applied to the copy sent to the
 model; the transcript is never rewritten. A failed summary call never fails the turn:
 it is logged and the turn goes on uncompacted.
 """
@@ -31,13 +32,45 @@ class CompactionOutcome:
     checkpoint: CompactionCheckpoint
 
 
-def load_state(session_id: Any) -> tuple[compaction.CompactionState | None, int | None]:
+def load_state(
+    session_id: Any, rows: list[Message] | None = None
+) -> tuple[compaction.CompactionState | None, int | None]:
+    """The compaction state for the path `rows` and the last reported context size.
+
+    A checkpoint belongs to the path it was computed on and applies to `rows` only when
+    its boundary message is on them: the path to a message is unique, so all it summarised
+    is then their shared prefix. Of those, the deepest boundary wins (the one this path
+    used last, so a branch switched back to sends the same prefix bytes as before).
+    Checkpoints from before the tree carry no state: the session's stored state stands
+    for the newest of them."""
     row = (
         Session.objects.filter(pk=session_id)
         .values("compaction_state", "last_context_tokens")
         .get()
     )
-    return compaction.CompactionState.from_dict(row["compaction_state"]), row["last_context_tokens"]
+    reported = row["last_context_tokens"]
+    if rows is None:
+        return compaction.CompactionState.from_dict(row["compaction_state"]), reported
+    index = {message.seq: i for i, message in enumerate(rows)}
+    checkpoints = list(
+        CompactionCheckpoint.objects.filter(session_id=session_id)
+        .order_by("created_at", "pk")
+        .values("boundary_seq", "state")
+    )
+    best: tuple[int, compaction.CompactionState] | None = None
+    for position, checkpoint in enumerate(checkpoints):
+        at = index.get(checkpoint["boundary_seq"])
+        data = checkpoint["state"]
+        if data is None and position == len(checkpoints) - 1:
+            data = row["compaction_state"]
+        if at is None or not data:
+            continue
+        state = compaction.CompactionState.from_dict(data)
+        if state is None or state.boundary_index != at:
+            continue
+        if best is None or at >= best[0]:
+            best = (at, state)
+    return (best[1] if best else None), reported
 
 
 def _save(
@@ -61,6 +94,7 @@ def _save(
             boundary_index=state.boundary_index,
             boundary_seq=rows[state.boundary_index].seq,
             summary=state.summary,
+            state=state.to_dict(),
             tokens_before=tokens_before,
             tokens_after=tokens_after,
         )
@@ -83,7 +117,7 @@ async def maybe_compact(
     `may_use(model)`: the model policy's word on the admin's summary model for this turn
     (refused, the summary is asked of the turn's own model)."""
     cfg = await db(CompactionSettings.load)()
-    state, reported = await db(load_state)(session_id)
+    state, reported = await db(load_state)(session_id, rows)
     if state is not None and state.boundary_index >= len(history):
         state = None  # stale (should not happen: the transcript is append-only)
     signal = reported or compaction.estimate_tokens(compaction.apply_to_outbound(history, state))

@@ -128,6 +128,7 @@ class _TurnRun:
     ) -> None:
         self.turn = turn
         self.turn_id = str(turn.pk)
+        self.step_continuation = ""
         self.session = turn.session
         self.me = me
         self.provider_factory = provider_factory
@@ -340,7 +341,8 @@ class _TurnRun:
             self._check()
             if self.cancel.cancelled:
                 return Turn.Status.CANCELLED, "", ""
-            rows = await _db(selectors.session_messages)(session_id=self.session.pk)
+            # The turn's own path (root → its tip): other branches never reach the model.
+            rows = await _db(selectors.turn_path)(turn=self.turn)
             pending = _unanswered_calls(rows, self.turn_id)
             if pending:
                 waiting = await self._run_tools(pending)
@@ -367,6 +369,8 @@ class _TurnRun:
         model = self.turn.model
         history = [row.to_canonical() for row in rows]
         caps = provider.capabilities(model)
+        # Stored on this step's reply: it is the continuation row of a continue turn.
+        self.step_continuation = self._continuing(rows)
         if not self.noted:
             self.noted = True
             note = degradation_note(history, caps)
@@ -388,7 +392,11 @@ class _TurnRun:
                 "compaction", checkpoint=selectors.checkpoint_payload(outcome.checkpoint)
             )  # type: ignore[union-attr]
         messages = await _db(outbound_history.outbound_messages)(
-            history, owner_id=self.session.owner_id, caps=caps, compaction_state=state
+            history,
+            owner_id=self.session.owner_id,
+            caps=caps,
+            compaction_state=state,
+            continuing=self.step_continuation,
         )
         step_key = f"{self.turn_id}:a{_assistant_count(rows, self.turn_id)}"
         self.progress.reset()
@@ -424,6 +432,13 @@ class _TurnRun:
         if final:
             return Turn.Status.COMPLETED, "", ""
         return None
+
+    def _continuing(self, rows: list[Message]) -> str:
+        """A continue turn's kind until its first reply is written, else "": the request
+        then ends with the cut reply (prefill) or the continuation instruction."""
+        if self.turn.continuation and not _assistant_count(rows, self.turn_id):
+            return self.turn.continuation
+        return ""
 
     async def _stream(self, chunks: AsyncIterator[StreamChunk]) -> AssistantTurn:
         """Read the provider's stream on this loop (`astream`), publishing deltas as they
@@ -463,6 +478,7 @@ class _TurnRun:
             reasoning=self.progress.partial_reasoning,
             model=self.turn.model,
             finish_reason="cancelled",
+            continuation=self.step_continuation,
             dedupe_key=step_key,
         )
         self.progress.reset()
@@ -498,11 +514,15 @@ class _TurnRun:
                 "usage": usage,
                 "model": self.turn.model,
                 "finish_reason": result.finish_reason or "",
+                "continuation": self.step_continuation,
             },
             dedupe_key=step_key,
             totals=totals,
             context_tokens=turn_state.context_tokens_of(usage),
             finish=finish,
+            # The step's path tip (its rows were read for this call): known here, so the
+            # commit moves the active leaf within its one UPDATE.
+            parent_seq=rows[-1].seq if rows else services.TIP,
         )
         if saved.counted:
             self.totals = totals

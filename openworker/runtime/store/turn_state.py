@@ -20,7 +20,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from sessions.models import Message, Turn
-from sessions.services import message_insert
+from sessions.services import TIP, message_insert
 
 # A running turn whose heartbeat is older than this is considered dead. The engine beats
 # every second; six missed beats is a dead worker, not a slow database.
@@ -149,6 +149,7 @@ def turn_step_commit(
     totals: StepTotals,
     context_tokens: int | None,
     finish: str | None = None,
+    parent_seq: int | None = TIP,
 ) -> StepSaved:
     """One model call's outcome in one transaction: its assistant message, the turn's new
     totals, the session's context size, and for the last call of a turn its final
@@ -163,6 +164,7 @@ def turn_step_commit(
             fields={"turn_id": turn_id, "role": "assistant", **message},
             dedupe_key=dedupe_key,
             context_tokens=context_tokens,
+            parent_seq=parent_seq,
         )
         fields: dict[str, Any] = {}
         if created:  # a replayed step was counted the first time

@@ -1,5 +1,6 @@
 """Turn commands: what the web edge (views, the session socket, the admin) may do to a
-turn. Send a message, stop, decide a tool approval, retry.
+turn. Send a message, stop, decide a tool approval, retry; and on the transcript's tree
+(docs/PROTOCOL.md "Branches"): edit, regenerate, switch branch, continue.
 
 Each validates, writes in one transaction and hands the turn to the runner once that
 transaction commits (`runner.turn_enqueue`); the state machine the runtime drives from
@@ -21,6 +22,8 @@ from django.utils import timezone
 from openworker.runtime.live import events
 from openworker.runtime.store import local_cancel, turn_state
 from openworker.runtime.turns import runner, watchdog
+from providers.capabilities import split_model
+from providers.registry import ANTHROPIC_MESSAGES, BEDROCK_CONVERSE, get_descriptor
 from sessions import selectors
 from sessions.models import Attachment, Message, Session, Turn, UserLimits
 from sessions.services import TurnRefused, message_insert, model_check
@@ -28,7 +31,11 @@ from sessions.services import TurnRefused, message_insert, model_check
 __all__ = [
     "TurnRefused",
     "attachment_parts",
+    "branch_switch",
+    "turn_continue",
     "turn_decide_tool",
+    "turn_edit",
+    "turn_regenerate",
     "turn_request_stop",
     "turn_retry",
     "turn_send",
@@ -59,29 +66,7 @@ def _turn_start(
     text = (text or "").strip()
     if not text and not attachments:
         raise TurnRefused("Type a message or attach a file.")
-    limit, budget = _user_limits(session.owner_id)
-    # One query answers both checks: the sessions of the user's active turns, and whether
-    # each one's worker is alive.
-    cutoff = timezone.now() - timedelta(seconds=turn_state.LEASE_SECONDS)
-    active = list(
-        Turn.objects.filter(session__owner_id=session.owner_id, status__in=Turn.ACTIVE).values_list(
-            "session_id", "status", "heartbeat_at"
-        )
-    )
-    if session.pk in {session_id for session_id, _, _ in active}:
-        raise TurnRefused("This session is still working on the previous message.")
-    # A running turn whose worker stopped beating is not running anything: the sweeper
-    # is about to mark it interrupted, and it must not hold a place of the user's limit
-    # meanwhile (cancelled and other ended turns never count).
-    holding = [
-        session_id
-        for session_id, status, beat in active
-        if status != Turn.Status.RUNNING or (beat is not None and beat >= cutoff)
-    ]
-    if len(holding) >= limit:
-        raise TurnRefused(f"You already have {limit} replies running; wait for one to finish.")
-    if budget is not None and user_month_spend(user_id=session.owner_id) >= budget:
-        raise TurnRefused("You have reached this month's spending limit; ask an admin to raise it.")
+    _admit(session, busy_ok=False)
     model = (model or session.model or settings.DEFAULT_MODEL).strip()
     content: Any = text
     if attachments:
@@ -98,6 +83,35 @@ def _turn_start(
         )
         runner.turn_enqueue(turn.pk)
     return turn, message
+
+
+def _admit(session: Session, *, busy_ok: bool) -> None:
+    """The user's limits: a turn of this session already active (unless `busy_ok`: a
+    branch command from a tab that had not seen it, docs/PROTOCOL.md "Concurrency"), the
+    concurrent-turn cap and the monthly budget. TurnRefused saying which."""
+    limit, budget = _user_limits(session.owner_id)
+    # One query answers both checks: the sessions of the user's active turns, and whether
+    # each one's worker is alive.
+    cutoff = timezone.now() - timedelta(seconds=turn_state.LEASE_SECONDS)
+    active = list(
+        Turn.objects.filter(session__owner_id=session.owner_id, status__in=Turn.ACTIVE).values_list(
+            "session_id", "status", "heartbeat_at"
+        )
+    )
+    if not busy_ok and session.pk in {session_id for session_id, _, _ in active}:
+        raise TurnRefused("This session is still working on the previous message.")
+    # A running turn whose worker stopped beating is not running anything: the sweeper
+    # is about to mark it interrupted, and it must not hold a place of the user's limit
+    # meanwhile (cancelled and other ended turns never count).
+    holding = [
+        session_id
+        for session_id, status, beat in active
+        if status != Turn.Status.RUNNING or (beat is not None and beat >= cutoff)
+    ]
+    if len(holding) >= limit:
+        raise TurnRefused(f"You already have {limit} replies running; wait for one to finish.")
+    if budget is not None and user_month_spend(user_id=session.owner_id) >= budget:
+        raise TurnRefused("You have reached this month's spending limit; ask an admin to raise it.")
 
 
 def _user_limits(user_id: int) -> tuple[int, Decimal | None]:
@@ -235,3 +249,194 @@ def turn_retry(*, turn: Turn) -> Turn:
         runner.turn_enqueue(turn.pk)
     turn.refresh_from_db()
     return turn
+
+
+# --- the tree: edit, regenerate, switch, continue (docs/PROTOCOL.md "Branches") ----------
+
+BUSY = "Wait for the reply to finish, or stop it first."
+# finish_reason values of a reply that was cut rather than finished: Stop, and the output
+# cap as each wire layer reports it (Anthropic and Bedrock "max_tokens", OpenAI-style
+# "length", Gemini "MAX_TOKENS").
+CUT_REASONS = frozenset({"cancelled", "max_tokens", "length", "MAX_TOKENS"})
+# APIs that take an assistant prefill: the request may end with a partial assistant
+# message, which the model writes on from.
+PREFILL_APIS = frozenset({ANTHROPIC_MESSAGES, BEDROCK_CONVERSE})
+
+
+def _lock_idle(session: Session, leaf: int | None) -> tuple[Session, bool]:
+    """Lock the session row (branch commands of two tabs serialise here, so each sees the
+    other's sibling) and decide the busy rule: (the locked session, whether a turn of it
+    is active but the page had not seen it). Refused while a turn is active and the page
+    shows the session's current active leaf (or does not say what it shows)."""
+    locked = Session.objects.select_for_update().get(pk=session.pk)
+    busy = Turn.objects.filter(session=locked, status__in=Turn.ACTIVE).exists()
+    if busy and (leaf is None or leaf == locked.active_seq):
+        raise TurnRefused(BUSY)
+    return locked, busy
+
+
+def _message(session: Session, seq: Any, role: str | None = None) -> Message:
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        raise TurnRefused("Unknown message.")
+    found = Message.objects.filter(session=session, seq=seq).first()
+    if found is None or (role is not None and found.role != role):
+        raise TurnRefused("Unknown message." if found is None else f"That is not a {role} message.")
+    return found
+
+
+def _announce_branch(session_id: Any, leaf: int | None, cause: str) -> None:
+    """After the commit, tell every socket of the session which path it now shows."""
+    path = (
+        list(
+            selectors.path_rows(session_id=session_id, leaf_seq=leaf)
+            .order_by("seq")
+            .values_list("seq", flat=True)
+        )
+        if leaf is not None
+        else []
+    )
+    event = {"type": "session.branch", "leaf": leaf, "path": path, "cause": cause}
+    transaction.on_commit(lambda: events.publish(session_id, event))
+
+
+def _branch_turn(
+    *,
+    session: Session,
+    model: str,
+    base_seq: int | None,
+    leaf: int | None,
+    cause: str,
+    content: Any = None,
+    continuation: str = "",
+) -> Turn:
+    """A new turn starting under `base_seq` (with a new user message `content` there, for
+    an edit), made the active path, handed to the runner after the commit."""
+    with transaction.atomic():
+        locked, busy = _lock_idle(session, leaf)
+        _admit(locked, busy_ok=busy)
+        if model != locked.model:
+            Session.objects.filter(pk=locked.pk).update(model=model)
+        turn = Turn.objects.create(
+            session=locked, model=model, base_seq=base_seq, continuation=continuation
+        )
+        new_leaf = base_seq
+        if content is not None:
+            message, _ = message_insert(
+                session_id=locked.pk,
+                fields={"turn_id": turn.pk, "role": "user", "content": content},
+                dedupe_key=f"{turn.pk}:user",
+                new_key=True,
+                parent_seq=base_seq,
+                activate=True,
+            )
+            new_leaf = message.seq
+            payload = selectors.message_payload(
+                selectors.attach_siblings(session=locked, rows=[message])[0]
+            )
+            transaction.on_commit(
+                lambda: events.publish(locked.pk, {"type": "message.user", "message": payload})
+            )
+        else:
+            Session.objects.filter(pk=locked.pk).update(active_seq=base_seq)
+        _announce_branch(locked.pk, new_leaf, cause)
+        runner.turn_enqueue(turn.pk)
+    return turn
+
+
+def turn_edit(
+    *,
+    session: Session,
+    user: Any,
+    message: Any,
+    text: str,
+    attachment_ids: list[str] | None = None,
+    model: str | None = None,
+    leaf: int | None = None,
+) -> Turn:
+    """Edit a user message: a new sibling with the new text (the edited message's
+    attachments unless `attachment_ids` says otherwise) and a new turn from it."""
+    if session.owner_id != user.pk:
+        raise TurnRefused("Unknown session.")
+    if len(text) > settings.MAX_MESSAGE_CHARS:
+        raise TurnRefused(f"Messages are limited to {settings.MAX_MESSAGE_CHARS} characters.")
+    edited = _message(session, message, role=Message.Role.USER)
+    model = model_check(user=user, model=model or session.model or settings.DEFAULT_MODEL)
+    if attachment_ids is None:
+        kept = edited.content if isinstance(edited.content, list) else []
+        parts = [p for p in kept if isinstance(p, dict) and p.get("type") != "text"]
+    else:
+        parts = attachment_parts(user=user, attachment_ids=attachment_ids)
+    text = (text or "").strip()
+    if not text and not parts:
+        raise TurnRefused("Type a message or attach a file.")
+    content: Any = text
+    if parts:
+        content = ([{"type": "text", "text": text}] if text else []) + parts
+    return _branch_turn(
+        session=session,
+        model=model,
+        base_seq=edited.parent_seq,
+        leaf=leaf,
+        cause="edit",
+        content=content,
+    )
+
+
+def turn_regenerate(
+    *, session: Session, user: Any, message: Any, model: str | None = None, leaf: int | None = None
+) -> Turn:
+    """A new reply to the user message that `message` (an assistant reply) answers: a
+    sibling of that message's first reply, optionally on another model."""
+    if session.owner_id != user.pk:
+        raise TurnRefused("Unknown session.")
+    reply = _message(session, message, role=Message.Role.ASSISTANT)
+    asked = (
+        selectors.path_rows(session_id=session.pk, leaf_seq=reply.seq)
+        .filter(role=Message.Role.USER)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    if asked is None:
+        raise TurnRefused("There is no message of yours before this reply.")
+    model = model_check(user=user, model=model or reply.model or session.model)
+    return _branch_turn(session=session, model=model, base_seq=asked, leaf=leaf, cause="regenerate")
+
+
+def branch_switch(*, session: Session, message: Any, leaf: int | None = None) -> int:
+    """Show the branch through `message`: the newest leaf under it becomes the active
+    leaf, in every tab (`session.branch`). Returns the new active leaf."""
+    target = _message(session, message)
+    with transaction.atomic():
+        locked, _ = _lock_idle(session, leaf)
+        new_leaf = selectors.newest_leaf_under(session=locked, seq=target.seq)
+        Session.objects.filter(pk=locked.pk).update(active_seq=new_leaf)
+        _announce_branch(locked.pk, new_leaf, "switch")
+    return new_leaf or target.seq
+
+
+def continuation_kind(model: str) -> str:
+    """ "prefill" where the model's API takes an assistant prefill, else "instruction"."""
+    provider, _ = split_model(model, default_provider=settings.DEFAULT_PROVIDER)
+    descriptor = get_descriptor(provider)
+    return "prefill" if descriptor is not None and descriptor.api in PREFILL_APIS else "instruction"
+
+
+def turn_continue(*, turn: Turn, user: Any, leaf: int | None = None) -> Turn:
+    """Continue a reply that Stop or the output cap cut: a new turn on the same model
+    whose first row continues the cut message (docs/PROTOCOL.md "Continue")."""
+    session = turn.session
+    if session.owner_id != user.pk:
+        raise TurnRefused("Unknown session.")
+    cut = Message.objects.filter(turn=turn, role=Message.Role.ASSISTANT).order_by("-seq").first()
+    if cut is None or cut.finish_reason not in CUT_REASONS or cut.tool_calls:
+        raise TurnRefused("Only a reply that was stopped or cut short can be continued.")
+    model = model_check(user=user, model=turn.model)
+    return _branch_turn(
+        session=session,
+        model=model,
+        base_seq=cut.seq,
+        leaf=leaf,
+        cause="continue",
+        continuation=continuation_kind(model),
+    )
