@@ -31,7 +31,7 @@ from django.utils.http import urlsafe_base64_decode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 
-from sessions import accounts, usage
+from sessions import accounts, selectors, usage
 from sessions.audit import audit_record
 from sessions.models import AuditLog, ExportJob, Message, Session
 from sessions.tasks import export_job_task
@@ -140,7 +140,14 @@ def review_session(request: HttpRequest, session_id: Any, *, admin_site: AdminSi
             target_user=session.owner,
             target_session_id=session.pk,
         )
+        # Every message of every branch (append order), each marked with its parent and
+        # whether it is on the path the user sees (docs/PROTOCOL.md "Branches").
         rows = Message.objects.filter(session=session).order_by("seq")
+        on_path = set(
+            selectors.path_rows(session_id=session.pk, leaf_seq=session.active_seq).values_list(
+                "seq", flat=True
+            )
+        )
         return render(
             request,
             "admin/openworker/review_transcript.html",
@@ -149,7 +156,8 @@ def review_session(request: HttpRequest, session_id: Any, *, admin_site: AdminSi
                 request,
                 title=f"Review: {session}",
                 session=session,
-                messages_=[_display(m) for m in rows],
+                messages_=[{**_display(m), "active": m.seq in on_path} for m in rows],
+                branches=selectors.branch_count(session=session) + 1,
                 turns=session.turns.order_by("created_at"),
                 reason=form.cleaned_data["reason"],
             ),
@@ -180,6 +188,8 @@ def _display(message: Message) -> dict[str, Any]:
                 files.append(str(meta.get("name") or part.get("name") or part.get("type")))
     return {
         "seq": message.seq,
+        "parent": message.parent_seq,
+        "continuation": message.continuation,
         "role": message.role,
         "text": "\n\n".join(text),
         "files": files,

@@ -27,7 +27,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from sessions import importing
+from sessions import importing, selectors
 from sessions.models import Attachment, CompactionCheckpoint, Message, Session, Turn
 
 logger = logging.getLogger(__name__)
@@ -59,7 +59,11 @@ def _json_default(value: Any) -> Any:
 
 def message_record(message: Message) -> dict[str, Any]:
     """The canonical message plus its transcript metadata (display fields, position)."""
-    record: dict[str, Any] = {"seq": message.seq, **message.to_canonical()}
+    record: dict[str, Any] = {
+        "seq": message.seq,
+        "parent": message.parent_seq,
+        **message.to_canonical(),
+    }
     if message.model:
         record["model"] = message.model
     if message.finish_reason:
@@ -97,6 +101,12 @@ def _messages(session: Session) -> Iterator[Message]:
     return Message.objects.filter(session=session).order_by("seq").iterator(chunk_size=CHUNK_ROWS)
 
 
+def _active_path(session: Session) -> Iterator[Message]:
+    """The Markdown export's messages: the path the page shows (the whole tree is JSON's)."""
+    rows = selectors.path_rows(session_id=session.pk, leaf_seq=session.active_seq)
+    return rows.order_by("seq").iterator(chunk_size=CHUNK_ROWS)
+
+
 def _array(records: Iterable[dict[str, Any]]) -> Iterator[str]:
     yield "["
     first = True
@@ -117,6 +127,7 @@ def session_json_chunks(session: Session) -> Iterator[str]:
             "title": session.title,
             "model": session.model,
             "archived": session.archived,
+            "active_leaf": session.active_seq,
             "created_at": _iso(session.created_at),
             "updated_at": _iso(session.updated_at),
         },
@@ -262,7 +273,14 @@ def session_markdown_chunks(session: Session) -> Iterator[str]:
         c.boundary_seq: c
         for c in CompactionCheckpoint.objects.filter(session=session).order_by("created_at")
     }
-    for message in _messages(session):
+    others = selectors.branch_count(session=session)
+    if others:
+        yield (
+            f"*This shows the active branch; {others} other "
+            f"branch{'es' if others != 1 else ''} exist{'s' if others == 1 else ''} "
+            "(the JSON export has them all).*\n\n"
+        )
+    for message in _active_path(session):
         checkpoint = checkpoints.get(message.seq)
         if checkpoint is not None:
             yield f"---\n\n*Earlier messages were summarised:*\n\n{checkpoint.summary}\n\n---\n\n"

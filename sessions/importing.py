@@ -8,7 +8,8 @@ The checks, in order, each with a message for the page:
    surrogates (neither survives PostgreSQL, and neither is ever in an export of ours);
 3. the JSON Schema of the export (`jsonschema`, Draft 2020-12): types, roles, lengths that
    match the database columns, counts of messages, parts, tool calls and attachments;
-4. `seq` on every message or on none, never twice; attachments decode (base64), match their
+4. `seq` on every message or on none, never twice; a `parent` (version 2: the transcript
+   as a tree) names an earlier message's seq; attachments decode (base64), match their
    declared size and SHA-256, and are a type an upload may be (sniffed by content).
 Attachment parts that name an attachment the file does not carry become a short text note,
 so an older export (before attachments travelled) still imports whole.
@@ -32,7 +33,10 @@ from jsonschema.exceptions import ValidationError
 from sessions.attachments import sniff_mime
 
 EXPORT_FORMAT = "openworker.session"
-EXPORT_VERSION = 1
+# 2: messages carry `parent` (and `continuation`), the session its `active_leaf`: the
+# whole tree round-trips. Version 1 files (one line) still import.
+EXPORT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 # Bounded so one upload cannot exhaust memory or the database (it is parsed whole).
 MAX_IMPORT_BYTES = 50 * 1024 * 1024
 # Our exports nest about eight levels (message → parts → attachment meta; tool arguments a
@@ -104,6 +108,8 @@ _MESSAGE = {
     "required": ["role"],
     "properties": {
         "seq": {"type": "integer", "minimum": 0},
+        "parent": {"type": ["integer", "null"], "minimum": 0},
+        "continuation": {"enum": ["", "prefill", "instruction"]},
         "role": {"enum": ROLES},
         "content": {
             "anyOf": [
@@ -146,10 +152,14 @@ EXPORT_SCHEMA: dict[str, Any] = {
     "required": ["format", "version", "messages"],
     "properties": {
         "format": {"const": EXPORT_FORMAT},
-        "version": {"const": EXPORT_VERSION},
+        "version": {"enum": list(READABLE_VERSIONS)},
         "session": {
             "type": "object",
-            "properties": {"title": _text(TITLE_CHARS), "model": _text(MODEL_CHARS)},
+            "properties": {
+                "title": _text(TITLE_CHARS),
+                "model": _text(MODEL_CHARS),
+                "active_leaf": {"type": ["integer", "null"], "minimum": 0},
+            },
         },
         "messages": {"type": "array", "maxItems": MAX_MESSAGES, "items": _MESSAGE},
         "attachments": {"type": "array", "maxItems": MAX_ATTACHMENTS, "items": _ATTACHMENT},
@@ -175,6 +185,10 @@ class ParsedImport:
     model: str
     messages: list[dict[str, Any]]
     attachments: list[ImportedAttachment] = field(default_factory=list)
+    # The tree, by index into `messages`: each message's parent (None: a first message)
+    # and the active leaf; `parents` None for a file that is one line (version 1).
+    parents: list[int | None] | None = None
+    active_leaf: int | None = None
 
 
 # --- the steps ---------------------------------------------------------------------------
@@ -256,7 +270,7 @@ def _schema_message(error: ValidationError) -> str:
 def _check_schema(document: Any) -> None:
     if not isinstance(document, dict) or document.get("format") != EXPORT_FORMAT:
         raise ImportRejected("The file is not an OpenWorker session export.")
-    if document.get("version") != EXPORT_VERSION:
+    if document.get("version") not in READABLE_VERSIONS:
         raise ImportRejected("This export was made by a version we cannot read.")
     errors = sorted(_VALIDATOR.iter_errors(document), key=lambda e: list(e.absolute_path))
     if errors:
@@ -321,7 +335,7 @@ def _message(raw: dict[str, Any], carried: set[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"role": raw["role"], "content": content}
     if raw.get("tool_calls"):
         out["tool_calls"] = raw["tool_calls"]
-    for key in ("tool_call_id", "reasoning", "model", "finish_reason"):
+    for key in ("tool_call_id", "reasoning", "model", "finish_reason", "continuation"):
         if raw.get(key):
             out[key] = raw[key]
     for key in ("extras", "usage"):
@@ -359,11 +373,46 @@ def parse_import(data: bytes) -> ParsedImport:
     _check_schema(document)
     attachments = _attachments(document.get("attachments") or [])
     carried = {a.id for a in attachments}
-    messages = [_message(m, carried) for m in _order(document["messages"])]
+    ordered = _order(document["messages"])
+    messages = [_message(m, carried) for m in ordered]
     meta = document.get("session") or {}
+    parents, active = _tree(ordered, meta.get("active_leaf"))
     return ParsedImport(
         title=meta.get("title") or "",
         model=meta.get("model") or "",
         messages=messages,
         attachments=attachments,
+        parents=parents,
+        active_leaf=active,
     )
+
+
+def _tree(
+    ordered: list[dict[str, Any]], active_leaf: Any
+) -> tuple[list[int | None] | None, int | None]:
+    """(each message's parent as an index into `ordered`, the active leaf's index), or
+    (None, None) for a file that is one line. A parent must be an earlier message (by
+    seq), so the file is a tree with no cycle; the active leaf must be a message."""
+    if not any("parent" in m for m in ordered):
+        if active_leaf is not None:
+            raise ImportRejected("session.active_leaf needs messages with a parent.")
+        return None, None
+    index = {m["seq"]: i for i, m in enumerate(ordered) if "seq" in m}
+    if len(index) != len(ordered):
+        raise ImportRejected("Messages with a parent need a seq.")
+    parents: list[int | None] = []
+    for message in ordered:
+        parent = message.get("parent")
+        if parent is None:
+            parents.append(None)
+            continue
+        if parent not in index or parent >= message["seq"]:
+            raise ImportRejected(
+                f"messages (seq {message['seq']}).parent names no earlier message."
+            )
+        parents.append(index[parent])
+    if active_leaf is None:
+        return parents, len(ordered) - 1 if ordered else None
+    if active_leaf not in index:
+        raise ImportRejected("session.active_leaf names no message.")
+    return parents, index[active_leaf]

@@ -153,7 +153,14 @@ def message_view(session: Session, message: Message) -> dict[str, Any]:
         "turn": str(message.turn_id) if message.turn_id else "",
         "model": message.model,
         "cancelled": message.finish_reason == "cancelled",
+        # The tree (docs/PROTOCOL.md "Branches"): what "< i / n >" needs, for the page.
+        "parent": message.parent_seq,
+        "siblings": getattr(message, "siblings", None) or [message.seq],
+        "continues": message.parent_seq if message.continuation else None,
+        "finish_reason": message.finish_reason,
     }
+    siblings = view["siblings"]
+    view["sibling_index"] = siblings.index(message.seq) + 1 if message.seq in siblings else 1
     if message.role == "tool":
         text = _text_parts(message.content)
         view.update(

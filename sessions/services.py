@@ -277,11 +277,15 @@ def session_import(
     model: str,
     messages: list[dict[str, Any]],
     attachments: list[Any] | None = None,
+    parents: list[int | None] | None = None,
+    active_leaf: int | None = None,
 ) -> Session:
     """A new session of `owner` holding `messages` (already validated canonical dicts, in
     order) and the `attachments` they refer to (`sessions.importing.ImportedAttachment`:
-    parts name them by the exporter's id). All or nothing: files written for a failed
-    import are removed again. Turn links are not imported."""
+    parts name them by the exporter's id). The tree: `parents[i]` is the index of message
+    i's parent (None: a first message), `active_leaf` the index of the active leaf; without
+    `parents`, one line ending at the last message. All or nothing: files written for a
+    failed import are removed again. Turn links are not imported."""
     written: list[Any] = []
     try:
         with transaction.atomic():
@@ -297,10 +301,17 @@ def session_import(
                 content = message.get("content", "")
                 if isinstance(content, list):
                     content = [_imported_part(part, ids) for part in content]
+                if parents is None:
+                    parent = seq - 1 or None
+                else:
+                    found = parents[seq - 1]
+                    parent = found + 1 if found is not None else None
                 batch.append(
                     Message(
                         session=session,
                         seq=seq,
+                        parent_seq=parent,
+                        continuation=message.get("continuation", "") if parent else "",
                         role=message["role"],
                         content=content,
                         tool_calls=message.get("tool_calls") or None,
@@ -316,7 +327,8 @@ def session_import(
                     Message.objects.bulk_create(batch)
                     batch = []
             Message.objects.bulk_create(batch)
-            Session.objects.filter(pk=session.pk).update(next_seq=seq + 1)
+            leaf = active_leaf + 1 if active_leaf is not None else (seq or None)
+            Session.objects.filter(pk=session.pk).update(next_seq=seq + 1, active_seq=leaf)
     except BaseException:
         for stored in written:
             stored.file.storage.delete(stored.file.name)

@@ -127,6 +127,8 @@ def chat(request: HttpRequest, session_id: object) -> HttpResponse:
         "uploadUrl": reverse("attachment_upload", args=[session.pk]),
         "firstSeq": first_seq,
         "lastSeq": last_seq,
+        # The active leaf the page shows: sent back as `leaf` with branch commands.
+        "activeLeaf": session.active_seq,
         "hasMore": has_more,
         "model": session.model,
         "caps": presenters.caps_payload(caps),
@@ -171,30 +173,36 @@ def session_messages(request: HttpRequest, session_id: object) -> JsonResponse:
 
     `?after=<seq>`: each message after it, keyed by seq (the live page fetches a message
     the socket announced, rendered by the same code as the page). `?before=<seq>`: the
-    window of older messages as one fragment ("load earlier").
+    window of older messages as one fragment ("load earlier"). `?leaf=<seq>` (alone, or
+    with either): along the path ending there instead of the active path.
     """
     session = _own_session(request, session_id)
     after = _int_param(request, "after")
     before = _int_param(request, "before")
-    if after is not None:
-        rows, more = selectors.messages_window(session=session, after=after)
+    # `?leaf=<seq>`: the path ending there (a branch the page switches to); without it
+    # the active path. With neither after nor before: that path's latest window.
+    leaf = _int_param(request, "leaf")
+    if leaf is not None and after is None and before is None:
+        rows, more = selectors.messages_window(session=session, leaf=leaf or None)
         return JsonResponse(
             {
-                "messages": [
-                    {
-                        "seq": m.seq,
-                        "role": m.role,
-                        "turn": str(m.turn_id) if m.turn_id else None,
-                        "html": presenters.render_message_html(session, m),
-                    }
-                    for m in rows
-                ],
+                "messages": [_message_json(session, m) for m in rows],
+                "more": more,
+                "leaf": leaf,
+                "first_seq": rows[0].seq if rows else 0,
+            }
+        )
+    if after is not None:
+        rows, more = selectors.messages_window(session=session, after=after, leaf=leaf)
+        return JsonResponse(
+            {
+                "messages": [_message_json(session, m) for m in rows],
                 "more": more,
             }
         )
     if before is None:
         return JsonResponse({"error": "Give after or before (a sequence number)."}, status=400)
-    rows, more = selectors.messages_window(session=session, before=before)
+    rows, more = selectors.messages_window(session=session, before=before, leaf=leaf)
     turns = selectors.turns_by_id(session=session, turn_ids={m.turn_id for m in rows})
     checkpoints = (
         selectors.checkpoints_between(session=session, first_seq=rows[0].seq, last_seq=rows[-1].seq)
@@ -209,6 +217,17 @@ def session_messages(request: HttpRequest, session_id: object) -> JsonResponse:
             "has_more": more,
         }
     )
+
+
+def _message_json(session: Any, message: Any) -> dict[str, Any]:
+    return {
+        "seq": message.seq,
+        "role": message.role,
+        "turn": str(message.turn_id) if message.turn_id else None,
+        "parent": message.parent_seq,
+        "siblings": getattr(message, "siblings", None) or [message.seq],
+        "html": presenters.render_message_html(session, message),
+    }
 
 
 def _int_param(request: HttpRequest, name: str) -> int | None:
@@ -389,6 +408,8 @@ def session_import(request: HttpRequest) -> HttpResponse:
         model=model,
         messages=parsed.messages,
         attachments=parsed.attachments,
+        parents=parsed.parents,
+        active_leaf=parsed.active_leaf,
     )
     messages.success(request, "Session imported." + (f" {note}" if note else ""))
     return redirect("chat", session_id=session.pk)

@@ -100,7 +100,7 @@ def test_json_export_is_the_lossless_canonical_transcript_with_usage(client, own
         {
             k: v
             for k, v in m.items()
-            if k not in {"seq", "created_at", "model", "finish_reason", "turn"}
+            if k not in {"seq", "parent", "created_at", "model", "finish_reason", "turn"}
         }
         for m in data["messages"]
     ]
