@@ -10,9 +10,18 @@ user/assistant/tool messages in turns, then measures through Django's test clien
   (tracemalloc) while streaming, for 1,000 and 5,000 messages, to show it does not grow
   with the session.
 
-Targets: first page <= 300 ms with the same query count at 1,000 and 5,000 messages;
-export peak memory at 5,000 within 1.5x of the 1,000-message figure. Exits non-zero on
-a MISS. Bounded: well under a minute.
+The transcript as a tree (issue 19): a 5,000-message session with 200 branches (a
+4,000-message main line, and 200 regenerated replies of five messages each hanging off
+its user messages) is opened the same way, and the active path is computed (the query the
+page and every model call make: a recursive CTE over parent links) for leaves at several
+depths, in that tree and in a 20,000-message one.
+
+Targets: first page <= 300 ms with the same query count at 1,000 and 5,000 messages, and
+for the branched 5,000-message session the same query count as the unbranched one;
+the active path's time grows with its depth, not with the tree (at depth 4,000, the
+20,000-message tree within 1.5x of the 5,000-message one); export peak memory at 5,000
+within 1.5x of the 1,000-message figure. Exits non-zero on a MISS. Bounded: about a
+minute.
 """
 
 from __future__ import annotations
@@ -57,17 +66,25 @@ SIZES = (1_000, 5_000)
 REPEATS = 5
 FIRST_PAGE_TARGET_MS = 300.0
 EXPORT_GROWTH_TARGET = 1.5
+BRANCHES = 200
+BRANCH_MESSAGES = 5
+DEPTHS = (500, 1_000, 2_000, 4_000)
+PATH_TREE_GROWTH_TARGET = 1.5
 settings.ALLOWED_HOSTS = ["testserver", *settings.ALLOWED_HOSTS]
 
 
-def build_session(owner, size: int):  # type: ignore[no-untyped-def]
+def build_session(owner, size: int, branches: int = 0):  # type: ignore[no-untyped-def]
+    """A main line of `size - branches * BRANCH_MESSAGES` messages in turns, and
+    `branches` regenerated replies (five messages each) under its user messages, spread
+    along it. The active leaf is the main line's last message."""
     from sessions.models import Message, Session, Turn
 
+    main = size - branches * BRANCH_MESSAGES
     session = Session.objects.create(owner=owner, model="anthropic:claude-sonnet-5")
     messages = []
     turns = []
     seq = 0
-    while seq < size:
+    while seq < main:
         turn = Turn(session=session, model=session.model, status=Turn.Status.COMPLETED)
         turns.append(turn)
         call = f"call_{seq}"
@@ -86,15 +103,57 @@ def build_session(owner, size: int):  # type: ignore[no-untyped-def]
             ),
         ):
             seq += 1
-            if seq > size:
+            if seq > main:
                 break
             messages.append(
-                Message(session=session, turn=turn, seq=seq, role=role, content=content, **extra)
+                Message(
+                    session=session,
+                    turn=turn,
+                    seq=seq,
+                    parent_seq=seq - 1 or None,
+                    role=role,
+                    content=content,
+                    **extra,
+                )
             )
+    users = [m.seq for m in messages if m.role == "user"]
+    step = max(1, len(users) // max(branches, 1))
+    for index in range(branches):
+        turn = Turn(session=session, model=session.model, status=Turn.Status.COMPLETED)
+        turns.append(turn)
+        parent = users[(index * step) % len(users)]
+        for position in range(BRANCH_MESSAGES):
+            seq += 1
+            role = ("assistant", "user")[position % 2]
+            messages.append(
+                Message(
+                    session=session,
+                    turn=turn,
+                    seq=seq,
+                    parent_seq=parent,
+                    role=role,
+                    content=f"Branch {index}, message {position}.",
+                )
+            )
+            parent = seq
     Turn.objects.bulk_create(turns)
     Message.objects.bulk_create(messages, batch_size=1_000)
-    Session.objects.filter(pk=session.pk).update(next_seq=seq + 1)
+    Session.objects.filter(pk=session.pk).update(next_seq=seq + 1, active_seq=main)
+    session.refresh_from_db()
     return session
+
+
+def path_ms(session, leaf: int) -> tuple[float, int]:  # type: ignore[no-untyped-def]
+    """(best ms over REPEATS, path length) for the path root -> `leaf`."""
+    from sessions import selectors
+
+    best = float("inf")
+    length = 0
+    for _ in range(REPEATS):
+        started = time.perf_counter()
+        length = len(selectors.session_path(session_id=session.pk, leaf_seq=leaf))
+        best = min(best, (time.perf_counter() - started) * 1000)
+    return best, length
 
 
 def timed_get(client: Client, url: str) -> tuple[float, int, int]:
@@ -161,11 +220,40 @@ def main() -> int:
             peaks[kind][size] = peak
             export_rows.append([size, kind, f"{ms:.0f}", f"{peak:.2f}"])
 
+    # The tree: the branched session's page against the unbranched one of the same size.
+    large = SIZES[-1]
+    tree = build_session(owner, large, branches=BRANCHES)
+    base = f"/sessions/{tree.pk}/"
+    tree_ms, tree_q, status = timed_get(client, base)
+    assert status == 200, status
+    page_rows.append([f"{large} ({BRANCHES} branches)", "first paint", f"{tree_ms:.1f}", tree_q])
+    from sessions import selectors
+
+    window, _ = selectors.messages_window(session=tree)
+    ms, earlier_q, status = timed_get(client, f"{base}messages?before={window[0].seq}")
+    assert status == 200, status
+    page_rows.append([f"{large} ({BRANCHES} branches)", "earlier page 1", f"{ms:.1f}", earlier_q])
+    big = build_session(owner, 4 * large, branches=BRANCHES)
+    path_rows = []
+    at_depth: dict[int, float] = {}
+    for depth in DEPTHS:
+        small_ms, length = path_ms(tree, depth)
+        big_ms, big_length = path_ms(big, depth)
+        assert length == big_length == depth, (length, big_length, depth)
+        at_depth[depth] = small_ms / max(big_ms, 1e-9)
+        path_rows.append([depth, f"{small_ms:.1f}", f"{big_ms:.1f}"])
+
     print(f"\nChat page, {REPEATS} requests each, best server time (embedded SQLite):\n")
     print_table(["messages", "request", "server ms", "queries"], page_rows)
     print("\nExports streamed whole:\n")
     print_table(["messages", "format", "ms", "peak MiB (tracemalloc)"], export_rows)
 
+    print(f"\nActive path root -> leaf at a depth, best of {REPEATS} (embedded SQLite):\n")
+    print_table(["depth", f"ms, {large}-message tree", f"ms, {4 * large}-message tree"], path_rows)
+    deepest = DEPTHS[-1]
+    tree_growth = 1 / at_depth[deepest]
+    path_ok = tree_growth <= PATH_TREE_GROWTH_TARGET
+    same_q = tree_q == firsts[large][1]
     small, large = SIZES
     first_ok = firsts[large][0] <= FIRST_PAGE_TARGET_MS
     constant = firsts[small][1] == firsts[large][1]
@@ -185,6 +273,17 @@ def main() -> int:
                 f"{firsts[small][1]} vs {firsts[large][1]}",
                 verdict(constant),
             ],
+            [
+                f"branched {large} page queries = unbranched",
+                f"{tree_q} vs {firsts[large][1]}",
+                verdict(same_q),
+            ],
+            [
+                f"path at depth {deepest}: {4 * large} / {large} tree <= "
+                f"{PATH_TREE_GROWTH_TARGET}x",
+                f"{tree_growth:.2f}x",
+                verdict(path_ok),
+            ],
             *[
                 [
                     f"{kind} export peak 5k / 1k <= {EXPORT_GROWTH_TARGET}x",
@@ -195,7 +294,7 @@ def main() -> int:
             ],
         ],
     )
-    return 0 if first_ok and constant and export_ok else 1
+    return 0 if first_ok and constant and export_ok and same_q and path_ok else 1
 
 
 if __name__ == "__main__":

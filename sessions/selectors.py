@@ -63,10 +63,18 @@ def session_history(*, session_id: uuid.UUID | str) -> list[dict[str, Any]]:
 # --- the tree (docs/PROTOCOL.md "Branches") ----------------------------------------------
 
 
-def _path_seqs_sql(session_id: uuid.UUID | str, leaf_seq: int) -> RawSQL:
+def _path_seqs_sql(
+    session_id: uuid.UUID | str, leaf_seq: int, *, below: int | None = None, first: int = 0
+) -> RawSQL:
     """The seqs of the path root → `leaf_seq`, as a subquery: a recursive CTE that walks
     parent links over the (session, seq) unique index, so it costs O(depth), whatever the
-    size of the tree (PostgreSQL and SQLite both run it)."""
+    size of the tree (PostgreSQL and SQLite both run it).
+
+    The walk goes leaf-first, so seqs come out in descending order (a parent's seq is
+    always smaller): `first` > 0 keeps only the newest `first` seqs below `below`, and
+    both databases stop walking there (PostgreSQL evaluates a WITH query only as far as
+    its reader fetches; SQLite runs it as a coroutine of the outer LIMIT). The chat
+    page's window then costs O(window), not O(depth)."""
     table = connection.ops.quote_name(Message._meta.db_table)
     field = Message._meta.get_field("session")
     key = field.get_db_prep_value(_uuid(session_id) or session_id, connection)
@@ -78,18 +86,35 @@ def _path_seqs_sql(session_id: uuid.UUID | str, leaf_seq: int) -> RawSQL:
         "WHERE m.session_id = %s"
         ") SELECT seq FROM path"
     )
-    return RawSQL(sql, (key, leaf_seq, key))  # noqa: S611 (every value is a parameter)
+    params: list[Any] = [key, leaf_seq, key]
+    if below is not None:
+        sql += " WHERE seq < %s"
+        params.append(below)
+    if first:
+        sql += " LIMIT %s"
+        params.append(first)
+    return RawSQL(sql, params)  # noqa: S611 (every value is a parameter)
 
 
-def path_rows(*, session_id: uuid.UUID | str, leaf_seq: int | None) -> QuerySet[Message]:
-    """The messages of the path root → `leaf_seq` (unordered queryset; filter and order it).
+def path_rows(
+    *,
+    session_id: uuid.UUID | str,
+    leaf_seq: int | None,
+    below: int | None = None,
+    first: int = 0,
+) -> QuerySet[Message]:
+    """The messages of the path root → `leaf_seq` (unordered queryset; filter and order
+    it); with `first`, only the newest `first` of them below seq `below` (the walk stops
+    there: see `_path_seqs_sql`).
 
     `leaf_seq` None (a session that has no active leaf: empty, or its rows were written
     around `services.message_insert`) reads as a line: every message of the session."""
     rows = Message.objects.filter(session_id=session_id)
     if leaf_seq is None:
+        if below is not None:
+            rows = rows.filter(seq__lt=below)
         return rows
-    return rows.filter(seq__in=_path_seqs_sql(session_id, leaf_seq))
+    return rows.filter(seq__in=_path_seqs_sql(session_id, leaf_seq, below=below, first=first))
 
 
 def session_path(*, session_id: uuid.UUID | str, leaf_seq: int | None = None) -> list[Message]:
@@ -256,12 +281,11 @@ def messages_window(
     """
     limit = limit or MESSAGE_WINDOW
     leaf = leaf if leaf is not None else session.active_seq
-    rows = path_rows(session_id=session.pk, leaf_seq=leaf)
     if after is not None:
+        rows = path_rows(session_id=session.pk, leaf_seq=leaf)
         found = list(rows.filter(seq__gt=after).order_by("seq")[: limit + 1])
         return attach_siblings(session=session, rows=found[:limit]), len(found) > limit
-    if before is not None:
-        rows = rows.filter(seq__lt=before)
+    rows = path_rows(session_id=session.pk, leaf_seq=leaf, below=before, first=limit + 1)
     newest_first = list(rows.order_by("-seq")[: limit + 1])
     more = len(newest_first) > limit
     return attach_siblings(session=session, rows=list(reversed(newest_first[:limit]))), more
