@@ -110,7 +110,16 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(events.user_group(user.pk), self.channel_name)
         await self.accept()
         turns = await database_sync_to_async(_active_turn_states)(session)
-        await self.send_json({"type": "hello", "session": self.session_id, "turns": turns})
+        # `leaf`: the active leaf now; a page that shows another one (switched in a tab
+        # while this one was away) fetches the path (docs/PROTOCOL.md "Branches").
+        await self.send_json(
+            {
+                "type": "hello",
+                "session": self.session_id,
+                "turns": turns,
+                "leaf": session.active_seq,
+            }
+        )
         # Active turn → loop time this socket last heard of it.
         self.tracking: dict[str, float] = {}
         self.deliver_lock = asyncio.Lock()

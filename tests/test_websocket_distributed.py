@@ -33,7 +33,7 @@ def test_worker_event_reaches_the_owners_socket_through_daphne(daphne_server, ce
     headers = {"Cookie": cookie_for(owner), "Origin": daphne_server}
     with connect(ws_url(daphne_server, session), additional_headers=headers, open_timeout=10) as ws:
         hello = json.loads(ws.recv(timeout=10))
-        assert hello == {"type": "hello", "session": str(session.pk), "turns": []}
+        assert hello == {"type": "hello", "session": str(session.pk), "turns": [], "leaf": None}
         publish_session_event.delay(str(session.pk), {"type": "notice", "text": "from the worker"})
         assert json.loads(ws.recv(timeout=20)) == {"type": "notice", "text": "from the worker"}
 

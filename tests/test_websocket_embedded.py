@@ -41,7 +41,7 @@ async def test_owner_receives_an_event_published_from_an_asyncio_task(owner):
     ws, connected, _ = await connect(f"/ws/sessions/{session.pk}/", ORIGIN, (b"cookie", cookie))
     assert connected
     hello = await ws.receive_json_from(timeout=5)
-    assert hello == {"type": "hello", "session": str(session.pk), "turns": []}
+    assert hello == {"type": "hello", "session": str(session.pk), "turns": [], "leaf": None}
 
     task = asyncio.create_task(
         events.apublish(session.pk, {"type": "notice", "text": "from a task"})
