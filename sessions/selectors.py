@@ -302,13 +302,17 @@ def session_last_turn(*, session: Session) -> Turn | None:
     return Turn.objects.filter(session=session).order_by("-created_at").first()
 
 
-def checkpoints_between(*, session: Session, first_seq: int, last_seq: int) -> list[Any]:
-    """Compaction checkpoints whose boundary falls inside a rendered window."""
-    return list(
-        CompactionCheckpoint.objects.filter(
-            session=session, boundary_seq__gte=first_seq, boundary_seq__lte=last_seq
-        ).order_by("boundary_seq", "created_at")
+def checkpoints_between(
+    *, session: Session, first_seq: int, last_seq: int, shown: list[Message] | None = None
+) -> list[Any]:
+    """Compaction checkpoints whose boundary falls inside a rendered window (and, given
+    the window's rows, is one of them: a checkpoint of another branch is not shown)."""
+    rows = CompactionCheckpoint.objects.filter(
+        session=session, boundary_seq__gte=first_seq, boundary_seq__lte=last_seq
     )
+    if shown is not None:
+        rows = rows.filter(boundary_seq__in=[m.seq for m in shown])
+    return list(rows.order_by("boundary_seq", "created_at"))
 
 
 def session_cost(*, session: Session) -> Any:

@@ -102,7 +102,9 @@ def chat(request: HttpRequest, session_id: object) -> HttpResponse:
     first_seq = rows[0].seq if rows else 0
     last_seq = rows[-1].seq if rows else 0
     checkpoints = (
-        selectors.checkpoints_between(session=session, first_seq=first_seq, last_seq=last_seq)
+        selectors.checkpoints_between(
+            session=session, first_seq=first_seq, last_seq=last_seq, shown=rows
+        )
         if rows
         else []
     )
@@ -205,7 +207,9 @@ def session_messages(request: HttpRequest, session_id: object) -> JsonResponse:
     rows, more = selectors.messages_window(session=session, before=before, leaf=leaf)
     turns = selectors.turns_by_id(session=session, turn_ids={m.turn_id for m in rows})
     checkpoints = (
-        selectors.checkpoints_between(session=session, first_seq=rows[0].seq, last_seq=rows[-1].seq)
+        selectors.checkpoints_between(
+            session=session, first_seq=rows[0].seq, last_seq=rows[-1].seq, shown=rows
+        )
         if rows
         else []
     )

@@ -294,6 +294,20 @@ class TreeContract:
         _finish(late, "a2'")
         assert compactor.load_state(session.pk, selectors.turn_path(turn=late))[0] == state
 
+    def test_the_page_shows_only_the_checkpoints_of_its_path(self, owner):
+        session = _session(owner)
+        _exchange(session, owner, "one", "1")
+        _exchange(session, owner, "two", "2")
+        _finish(commands.turn_edit(session=session, user=owner, message=3, text="deux"), "II")
+        for seq, summary in ((4, "summary of the first branch"), (6, "summary of the second")):
+            CompactionCheckpoint.objects.create(
+                session=session, boundary_seq=seq, boundary_index=3, summary=summary
+            )
+        client = Client()
+        client.force_login(owner)
+        page = client.get(reverse("chat", args=[session.pk])).content.decode()
+        assert "summary of the second" in page and "summary of the first branch" not in page
+
 
 @pytest.mark.django_db
 class TestOnTheEmbeddedDatabase(TreeContract):
