@@ -336,10 +336,13 @@ def user_default_model(*, user: AbstractBaseUser) -> str:
 
 def attachment_kinds(*, session: Session) -> list[dict[str, Any]]:
     """The user messages that carry attachments, as small canonical dicts (content only):
-    what `runtime.agent.degradation.degradation_note` needs, without loading the transcript."""
+    what `runtime.agent.degradation.degradation_note` needs, without loading the transcript.
+    Of the active path only: what the next turn sends."""
     out = []
     contents = (
-        Message.objects.filter(session=session, role=Message.Role.USER)
+        path_rows(session_id=session.pk, leaf_seq=session.active_seq)
+        .filter(role=Message.Role.USER)
+        .order_by("seq")
         .values_list("content", flat=True)
         .iterator(chunk_size=500)
     )

@@ -176,6 +176,8 @@ async def test_a_branched_session_sends_only_its_path_and_every_request_is_valid
     events = await turn_of(ws, {"type": "regenerate", "message": hi.seq})
     again = await Message.objects.aget(session=session, content="Hello there.")
     assert again.parent_seq == hi.parent_seq == user["seq"]
+    reply = next(e for e in events if e["type"] == "message")["message"]
+    assert (reply["seq"], reply["siblings"]) == (again.seq, [hi.seq, again.seq])
     assert _plain(fake.requests[3].body)["messages"] == _plain(fake.requests[2].body)["messages"]
     # Back to the first branch, and on from there.
     await ws.send_json_to({"type": "switch", "message": 1})

@@ -433,6 +433,15 @@ class _TurnRun:
             return Turn.Status.COMPLETED, "", ""
         return None
 
+    async def _payload(self, message: Message) -> dict[str, Any]:
+        """A reply's socket payload. The first reply of a regenerate or continue turn hangs
+        under a message that may have other children: only then are its siblings looked
+        up (one query), so the page can show "< i / n >" at once; every other reply is an
+        only child."""
+        if self.turn.base_seq is not None and message.parent_seq == self.turn.base_seq:
+            await _db(selectors.attach_siblings)(session=self.session, rows=[message])
+        return selectors.message_payload(message)
+
     def _continuing(self, rows: list[Message]) -> str:
         """A continue turn's kind until its first reply is written, else "": the request
         then ends with the cut reply (prefill) or the continuation instruction."""
@@ -482,7 +491,7 @@ class _TurnRun:
             dedupe_key=step_key,
         )
         self.progress.reset()
-        await self.emitter.emit("message", message=selectors.message_payload(message))  # type: ignore[union-attr]
+        await self.emitter.emit("message", message=await self._payload(message))  # type: ignore[union-attr]
 
     async def _persist_assistant(
         self,
@@ -529,7 +538,7 @@ class _TurnRun:
         if saved.ours:
             self.committed_status = finish
         self.exchange = [*rows, saved.message]
-        await self.emitter.emit("message", message=selectors.message_payload(saved.message))  # type: ignore[union-attr]
+        await self.emitter.emit("message", message=await self._payload(saved.message))  # type: ignore[union-attr]
         if result.usage is not None:
             await self.emitter.emit(  # type: ignore[union-attr]
                 "usage",
