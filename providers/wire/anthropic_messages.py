@@ -283,10 +283,14 @@ def _thinking(
     message does not open with a thinking block (its history came from another model,
     or thinking was off): the API refuses exactly that combination with a 400 ("a final
     assistant message must start with a thinking block"); adaptive thinking does not
-    demand the block.
+    demand the block. Nor for a request that ends with an assistant prefill.
     """
     plan = anthropic_thinking(effort_from(settings), capabilities, max_tokens=max_tokens)
     if plan.thinking is None:
+        return {}
+    if messages and messages[-1].get("role") == "assistant":
+        # An assistant prefill (a continue: docs/PROTOCOL.md "Continue"). The API refuses
+        # a prefill with thinking on, so that one request goes without.
         return {}
     if plan.thinking.get("type") == "enabled" and _continues_unthought_tool_loop(messages):
         return {}

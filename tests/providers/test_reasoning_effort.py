@@ -86,6 +86,22 @@ def test_a_budget_model_gets_the_tables_budget_and_room_above_it(level, budget, 
     assert AnthropicMessagesFake().check_request(body) is None
 
 
+@pytest.mark.parametrize("caps", [BUDGET, ADAPTIVE])
+def test_a_request_ending_with_an_assistant_prefill_asks_for_no_thinking(caps):
+    prefill = [*MESSAGES, {"role": "assistant", "content": "Because"}]
+    body = anthropic_messages.build_request(
+        build_context(prefill, None),
+        model="claude-x",
+        descriptor=get_descriptor("anthropic"),
+        stream=True,
+        settings={"reasoning_effort": "high"},
+        capabilities=caps,
+    )
+    assert "thinking" not in body and "output_config" not in body
+    assert body["messages"][-1]["role"] == "assistant"
+    validate_anthropic_request(body)
+
+
 def test_max_tokens_keeps_its_place_in_the_body_when_raised():
     body = _anthropic({"reasoning_effort": "low"}, BUDGET)
 
