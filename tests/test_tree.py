@@ -121,8 +121,10 @@ class TreeContract:
         assert commands.branch_switch(session=session, message=1) == 4
         session.refresh_from_db()
         assert [c for _, c in _path(session)] == ["one", "1", "two", "2"]
+        Session.objects.filter(pk=session.pk).update(last_context_tokens=9_000)
         assert commands.branch_switch(session=session, message=5) == 6
         session.refresh_from_db()
+        assert session.last_context_tokens is None  # that size was the other path's
         assert [c for _, c in _path(session)] == ["uno", "I"]
         # A send extends the path the page shows.
         _exchange(session, owner, "dos", "II")

@@ -284,6 +284,12 @@ def _message(session: Session, seq: Any, role: str | None = None) -> Message:
     return found
 
 
+def _forget_context_size(session_id: Any) -> None:
+    """The reported context size was another path's: the compaction signal and the meter
+    fall back to the estimate until this path's next model call reports its own."""
+    Session.objects.filter(pk=session_id).update(last_context_tokens=None)
+
+
 def _announce_branch(session_id: Any, leaf: int | None, cause: str) -> None:
     """After the commit, tell every socket of the session which path it now shows."""
     path = (
@@ -338,6 +344,7 @@ def _branch_turn(
             )
         else:
             Session.objects.filter(pk=locked.pk).update(active_seq=base_seq)
+        _forget_context_size(locked.pk)
         _announce_branch(locked.pk, new_leaf, cause)
         runner.turn_enqueue(turn.pk)
     return turn
@@ -411,6 +418,7 @@ def branch_switch(*, session: Session, message: Any, leaf: int | None = None) ->
         locked, _ = _lock_idle(session, leaf)
         new_leaf = selectors.newest_leaf_under(session=locked, seq=target.seq)
         Session.objects.filter(pk=locked.pk).update(active_seq=new_leaf)
+        _forget_context_size(locked.pk)
         _announce_branch(locked.pk, new_leaf, "switch")
     return new_leaf or target.seq
 
