@@ -126,13 +126,28 @@ def session_path(*, session_id: uuid.UUID | str, leaf_seq: int | None = None) ->
 
 def turn_path(*, turn: Turn) -> list[Message]:
     """What a turn's next model call is built from: the path root → the turn's tip (its
-    newest message, else the message it started from, else the session's active leaf)."""
-    tip = Message.objects.filter(turn=turn).order_by("-seq").values_list("seq", flat=True).first()
-    if tip is None:
-        tip = turn.base_seq
-    if tip is None:
-        tip = Session.objects.filter(pk=turn.session_id).values_list("active_seq", flat=True)[0]
-    return list(path_rows(session_id=turn.session_id, leaf_seq=tip).order_by("seq"))
+    newest message, else the message it started from, else the session's active leaf).
+    One query: the tip is found inside the path walk's seed."""
+    table = connection.ops.quote_name(Message._meta.db_table)
+    sessions = connection.ops.quote_name(Session._meta.db_table)
+    key = Message._meta.get_field("session").get_db_prep_value(turn.session_id, connection)
+    turn_key = Message._meta.get_field("turn").get_db_prep_value(turn.pk, connection)
+    seed = (
+        f"COALESCE((SELECT MAX(t.seq) FROM {table} t WHERE t.turn_id = %s), %s, "  # noqa: S608
+        f"(SELECT s.active_seq FROM {sessions} s WHERE s.id = %s))"
+    )
+    sql = (
+        "WITH RECURSIVE path(seq, parent_seq) AS ("  # noqa: S608 (quoted identifiers only)
+        f"SELECT seq, parent_seq FROM {table} WHERE session_id = %s AND seq = {seed} "
+        "UNION ALL "
+        f"SELECT m.seq, m.parent_seq FROM {table} m JOIN path p ON m.seq = p.parent_seq "
+        "WHERE m.session_id = %s"
+        ") SELECT seq FROM path"
+    )
+    params = [key, turn_key, turn.base_seq, key, key]
+    found = RawSQL(sql, params)  # noqa: S611 (every value is a parameter)
+    rows = Message.objects.filter(session_id=turn.session_id, seq__in=found).order_by("seq")
+    return list(rows)
 
 
 def siblings_of(*, session: Session, rows: list[Message]) -> dict[int | None, list[int]]:

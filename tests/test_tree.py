@@ -287,6 +287,8 @@ class TreeContract:
             summary="early talk",
             state=state.to_dict(),
         )
+        # As the compactor saves it: the state on the checkpoint and on the session.
+        Session.objects.filter(pk=session.pk).update(compaction_state=state.to_dict())
         assert compactor.load_state(session.pk, line)[0] == state
         # A branch from before the boundary does not see it ...
         early = commands.turn_edit(session=session, user=owner, message=3, text="q1'")

@@ -65,7 +65,7 @@ def test_a_one_step_turn_is_fourteen_statements_in_four_engine_hops(
         "SELECT",  # ... their teams' custom-model policy
         "SELECT",  # ... their own key for the provider
         "SELECT",  # the router: the user's provider profiles
-        "SELECT",  # the history
+        "SELECT",  # the history (the path root → the turn's tip: one recursive query)
         "SELECT",  # the compaction settings
         "SELECT",  # the session's compaction state
         "UPDATE",  # commit: the session's next sequence number
@@ -78,6 +78,6 @@ def test_a_one_step_turn_is_fourteen_statements_in_four_engine_hops(
     assert hops == [
         "turn_claim",
         "_provider_if_allowed",
-        "session_messages",
+        "turn_path",  # the history: the turn's own path in the transcript's tree
         "outbound_messages",
     ], hops

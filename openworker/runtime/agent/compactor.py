@@ -49,7 +49,9 @@ def load_state(
         .get()
     )
     reported = row["last_context_tokens"]
-    if rows is None:
+    if rows is None or not row["compaction_state"]:
+        # Every compaction also stores its state on the session: none there, no
+        # checkpoint anywhere (a session never compacted reads no more than this).
         return compaction.CompactionState.from_dict(row["compaction_state"]), reported
     index = {message.seq: i for i, message in enumerate(rows)}
     checkpoints = list(
