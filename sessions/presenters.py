@@ -153,10 +153,11 @@ def message_view(session: Session, message: Message) -> dict[str, Any]:
         "turn": str(message.turn_id) if message.turn_id else "",
         "model": message.model,
         "cancelled": message.finish_reason == "cancelled",
-        # The tree (docs/PROTOCOL.md "Branches"): what "< i / n >" needs, for the page.
+        # The tree (docs/PROTOCOL.md "Branches"), as the socket's message payload has it:
+        # the page's "< 2 / 3 >" switcher, its path check and Continue read these.
         "parent": message.parent_seq,
-        "siblings": getattr(message, "siblings", None) or [message.seq],
-        "continues": message.parent_seq if message.continuation else None,
+        "siblings": list(getattr(message, "siblings", None) or [message.seq]),
+        "continues": message.parent_seq if message.continuation == "prefill" else None,
         "finish_reason": message.finish_reason,
     }
     siblings = view["siblings"]

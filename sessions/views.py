@@ -129,8 +129,7 @@ def chat(request: HttpRequest, session_id: object) -> HttpResponse:
         "uploadUrl": reverse("attachment_upload", args=[session.pk]),
         "firstSeq": first_seq,
         "lastSeq": last_seq,
-        # The active leaf the page shows: sent back as `leaf` with branch commands.
-        "activeLeaf": session.active_seq,
+        "leaf": session.active_seq,
         "hasMore": has_more,
         "model": session.model,
         "caps": presenters.caps_payload(caps),
@@ -175,17 +174,16 @@ def session_messages(request: HttpRequest, session_id: object) -> JsonResponse:
 
     `?after=<seq>`: each message after it, keyed by seq (the live page fetches a message
     the socket announced, rendered by the same code as the page). `?before=<seq>`: the
-    window of older messages as one fragment ("load earlier"). `?leaf=<seq>` (alone, or
-    with either): along the path ending there instead of the active path.
+    window of older messages as one fragment ("load earlier"). All along the active path,
+    or along the path to `?leaf=<seq>` (docs/PROTOCOL.md "Branches").
     """
     session = _own_session(request, session_id)
     after = _int_param(request, "after")
     before = _int_param(request, "before")
-    # `?leaf=<seq>`: the path ending there (a branch the page switches to); without it
-    # the active path. With neither after nor before: that path's latest window.
+    # `?leaf=<seq>`: along the path root → that message instead of the active one.
     leaf = _int_param(request, "leaf")
-    if leaf is not None and after is None and before is None:
-        rows, more = selectors.messages_window(session=session, leaf=leaf or None)
+    if after is not None:
+        rows, more = selectors.messages_window(session=session, after=after, leaf=leaf)
         return JsonResponse(
             {
                 "messages": [_message_json(session, m) for m in rows],
@@ -202,8 +200,12 @@ def session_messages(request: HttpRequest, session_id: object) -> JsonResponse:
                 "more": more,
             }
         )
-    if before is None:
-        return JsonResponse({"error": "Give after or before (a sequence number)."}, status=400)
+    if before is None and leaf is None:
+        return JsonResponse(
+            {"error": "Give after, before or leaf (a sequence number)."}, status=400
+        )
+    # `?before=`: older messages of the path ("load earlier"); `?leaf=` alone: the latest
+    # window of that path, as a page would open on it (a branch switch redraws with it).
     rows, more = selectors.messages_window(session=session, before=before, leaf=leaf)
     turns = selectors.turns_by_id(session=session, turn_ids={m.turn_id for m in rows})
     checkpoints = (
@@ -217,7 +219,7 @@ def session_messages(request: HttpRequest, session_id: object) -> JsonResponse:
     return JsonResponse(
         {
             "html": presenters.render_items(items),
-            "first_seq": rows[0].seq if rows else before,
+            "first_seq": rows[0].seq if rows else (before or 0),
             "has_more": more,
         }
     )

@@ -91,7 +91,6 @@ export function decorate(root = ui.items) {
     const lastOfTurn = !next || next.dataset.turn !== node.dataset.turn || next.classList.contains("msg-user");
     for (const button of node.querySelectorAll("[data-action=regenerate], [data-action=regenerate-with]")) button.hidden = !lastOfTurn;
   });
-  state.leaf = lastSeq() || state.leaf;
   updateContinueBar();
 }
 
@@ -99,8 +98,11 @@ export function decorate(root = ui.items) {
 // shows them as one reply, rendered from the joined Markdown source (the renderer sees one
 // document, so a code block cut in the middle is still one block).
 function mergeContinuation(node) {
-  const base = articleFor(node.dataset.continues);
-  if (!base || node.classList.contains("merged")) return;
+  if (node.classList.contains("merged")) return;
+  let base = articleFor(node.dataset.continues);
+  // A continuation of a continuation: the text joins the reply they all extend.
+  while (base && base.classList.contains("merged") && base.dataset.continues) base = articleFor(base.dataset.continues);
+  if (!base) return;
   const body = base.querySelector(".msg-body[data-markdown]");
   const more = node.querySelector(".msg-body[data-markdown]");
   if (!body) return;
@@ -140,19 +142,23 @@ export async function onBranch(event) {
 }
 
 let pathChain = Promise.resolve();
+let pathAsked = 0; // the newest redraw asked for: an older one that returns late is dropped
 
 function showPath(leaf) {
-  pathChain = pathChain.then(() => fetchPath(leaf)).catch(() => {
+  pathAsked += 1;
+  const asked = pathAsked;
+  pathChain = pathChain.then(() => fetchPath(leaf, asked)).catch(() => {
     showConnection("Could not load this branch; reload the page.");
   });
   return pathChain;
 }
 
-async function fetchPath(leaf) {
+async function fetchPath(leaf, asked) {
+  if (asked !== pathAsked) return; // a newer branch arrived meanwhile: its redraw follows
   const response = await fetch(`${data.messagesUrl}?leaf=${encodeURIComponent(leaf)}`, { credentials: "same-origin" });
   if (!response.ok) throw new Error(`HTTP ${response.status}`);
   const body = await response.json();
-  if (leaf !== state.leaf) return; // a newer branch arrived meanwhile: its fetch draws it
+  if (asked !== pathAsked) return;
   const html = typeof body.html === "string" ? body.html : (body.messages || []).map((m) => m.html).join("");
   const pinned = nearBottom();
   ui.items.innerHTML = html; // server-rendered, autoescaped and sanitised
@@ -162,6 +168,9 @@ async function fetchPath(leaf) {
   $(".load-earlier", ui.transcript).hidden = !state.hasMore;
   hydrate(ui.items);
   decorate(ui.items);
+  state.leaf = lastSeq() || leaf;
+  // Messages committed while the path was fetched were not on the old path: the caller
+  // catches up along the new one.
   onPathShown();
   if (refocus) {
     const { seq, label } = refocus;

@@ -155,8 +155,15 @@ document.addEventListener("keydown", (key) => {
 // --- start ---------------------------------------------------------------------------------
 
 initComposer(send);
-// A redrawn path may carry turn footers: a rate-limited one counts down again.
-initBranches({ send, onPath: () => ui.items.querySelectorAll("[data-turn-footer]").forEach(startCountdown) });
+// A redrawn path may carry turn footers (a rate-limited one counts down again), and
+// messages committed while it was fetched follow it.
+initBranches({
+  send,
+  onPath: () => {
+    ui.items.querySelectorAll("[data-turn-footer]").forEach(startCountdown);
+    catchUp();
+  },
+});
 const sidebar = new Sidebar($("[data-sidebar]"), { currentSession: data.session, searchUrl: data.searchUrl, onStatus: showConnection });
 const files = new FilesPanel($("[data-files-panel]"), data.filesUrl);
 onTurnEnded(() => files.refresh());

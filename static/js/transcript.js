@@ -42,6 +42,7 @@ async function fetchAfter() {
       const node = holder.content.querySelector("article");
       if (!extendsPath(node)) continue; // on another branch than the one shown
       items.append(holder.content);
+      state.leaf = message.seq; // the path shown grew: this is its leaf now
       if (message.role === "tool") markToolDone(items.lastElementChild);
     }
     hydrate(items);

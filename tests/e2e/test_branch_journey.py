@@ -220,7 +220,9 @@ def test_regenerate_keeps_every_reply_and_can_use_another_model(
     exchange(page, fake, "Write a haiku.", "First haiku.")
 
     fake.push(Reply(text("Second haiku.")))
-    assistant_with(page, "First haiku.").get_by_role("button", name="Regenerate reply").click()
+    assistant_with(page, "First haiku.").get_by_role(
+        "button", name="Regenerate reply", exact=True
+    ).click()
     reply = assistant_with(page, "Second haiku.").first
     wait_path(page, "Second haiku.", absent=("First haiku.",))
     idle(page)
@@ -233,9 +235,9 @@ def test_regenerate_keeps_every_reply_and_can_use_another_model(
     reply.get_by_role("button", name="Regenerate reply with another model").click()
     dialog = page.get_by_role("dialog", name="Regenerate with another model")
     dialog.wait_for()
-    dialog.get_by_label("Model").select_option(OTHER_MODEL)
+    dialog.get_by_label("Model", exact=True).select_option(OTHER_MODEL)
     shot(page, "another model picked")
-    dialog.get_by_role("button", name="Regenerate").click()
+    dialog.get_by_role("button", name="Regenerate", exact=True).click()
     third = assistant_with(page, "Third haiku, other model.").first
     idle(page)
     assert fake.requests[-1].body["model"] == OTHER_MODEL.split(":", 1)[1]
@@ -388,7 +390,9 @@ def test_a_branch_command_while_a_reply_streams_is_refused_in_words(open_chat, s
     assert page.locator("[data-action=stop]").is_visible()
     shot(page, "edit refused while the reply streams")
 
-    assistant_with(page, "Short answer.").get_by_role("button", name="Regenerate reply").click()
+    assistant_with(page, "Short answer.").get_by_role(
+        "button", name="Regenerate reply", exact=True
+    ).click()
     refusal = assistant_with(page, "Short answer.").get_by_role("alert")
     refusal.wait_for(timeout=LIVE_TIMEOUT_MS)
     assert BUSY in refusal.inner_text()
