@@ -230,10 +230,18 @@ def test_regenerate_keeps_every_reply_and_can_use_another_model(
     assert fake.requests[-1].body["model"] == MODEL.split(":", 1)[1]
     shot(page, "regenerated: reply 2 of 2")
 
-    # Another model, from the dialog's picker.
-    fake.push(Reply(text("Third haiku, other model.")))
-    reply.get_by_role("button", name="Regenerate reply with another model").click()
+    # Another model, from the dialog's picker. Esc closes the dialog and asks nothing.
+    asked = len(fake.requests)
+    opener = reply.get_by_role("button", name="Regenerate reply with another model")
+    opener.click()
     dialog = page.get_by_role("dialog", name="Regenerate with another model")
+    dialog.wait_for()
+    page.keyboard.press("Escape")
+    dialog.wait_for(state="hidden")
+    assert opener.evaluate("(node) => node === document.activeElement")
+    assert len(fake.requests) == asked
+    fake.push(Reply(text("Third haiku, other model.")))
+    opener.click()
     dialog.wait_for()
     dialog.get_by_label("Model", exact=True).select_option(OTHER_MODEL)
     shot(page, "another model picked")
