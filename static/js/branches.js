@@ -9,7 +9,6 @@
 // the control that asked, and keeps what the user typed in an editor.
 
 import { $, clearErrors, data, el, nearBottom, showConnection, state, ui } from "./page.js";
-import { pickerValue } from "./picker.js";
 import { hydrate } from "./renderer.js";
 
 // Finish reasons after which a reply can be continued, per provider's words: Stop
@@ -37,7 +36,7 @@ export function initBranches({ send: sendFrame, onPath }) {
   dialog?.addEventListener("close", () => {
     const target = dialog.dataset.target;
     if (dialog.returnValue === "regenerate" && target) {
-      const model = pickerValue($("[data-regen-form]", dialog)) || state.model;
+      const model = $("[data-regen-model]", dialog).value || state.model;
       const article = articleFor(Number(target));
       ask({ type: "regenerate", message: Number(target), model }, article?.querySelector("[data-action=regenerate-with]") || null);
     }
@@ -249,7 +248,7 @@ function openRegenerateDialog(article) {
   dialog.dataset.target = article.dataset.seq;
   dialog.returnValue = "";
   dialog.showModal();
-  $("[data-picker-select]", dialog)?.focus();
+  $("[data-regen-model]", dialog)?.focus();
 }
 
 function openEditor(article) {
