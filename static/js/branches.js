@@ -113,6 +113,12 @@ function mergeContinuation(node) {
   hydrate(base);
   node.classList.add("merged");
   node.hidden = true;
+  // "Stopped." under the cut part no longer holds: the reply went on. (Its cost stays.)
+  for (let between = base.nextElementSibling; between && between !== node; between = between.nextElementSibling) {
+    if (!between.matches("[data-turn-footer].status-cancelled")) continue;
+    between.querySelector(":scope > p.meta")?.remove();
+    if (!between.querySelector(".cost, button")) between.hidden = true;
+  }
   // The merged reply's state is the continuation's: its finish and turn drive Continue.
   base.dataset.continuedBy = node.dataset.seq;
 }

@@ -323,6 +323,7 @@ def test_continue_after_stop_and_after_the_output_limit_writes_on_in_the_same_re
     assert "The story begins" in str(body["messages"][-1]["content"])
     visible = page.locator("[data-items] article.msg-assistant[data-seq]:visible")
     assert visible.count() == 1
+    assert "Stopped." not in shown_path(page), "the reply went on: it is no longer stopped"
     shot(page, "continued in the same reply")
 
     # That continuation hit max_tokens: Continue is offered again, with the reason.
@@ -338,6 +339,7 @@ def test_continue_after_stop_and_after_the_output_limit_writes_on_in_the_same_re
     wait_connected(page)
     wait_path(page, "The story begins in a quiet town. The end.")
     assert page.locator("[data-items] article.msg-assistant[data-seq]:visible").count() == 1
+    assert "Stopped." not in shown_path(page)
     shot(page, "after a reload: one reply")
 
 
