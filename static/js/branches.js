@@ -25,6 +25,7 @@ let asking = null;
 // After a `switch` from this page, the button to give focus back to once the path is redrawn.
 let refocus = null;
 let editorCount = 0;
+let focusComposer = false;
 
 export function initBranches({ send: sendFrame, onPath }) {
   send = sendFrame;
@@ -141,6 +142,9 @@ export function updateContinueBar() {
 // the server; give focus back to where the user was when the change was theirs.
 export async function onBranch(event) {
   if (asking) clearRefusal();
+  // This page's edit, regenerate or continue: the control that had focus is redrawn
+  // away, so focus goes to the composer (a switch keeps it on the arrows instead).
+  if (asking && !refocus) focusComposer = true;
   asking = null;
   state.leaf = Number(event.leaf) || 0;
   await showPath(state.leaf);
@@ -166,6 +170,9 @@ async function fetchPath(leaf, asked) {
   if (asked !== pathAsked) return;
   const html = typeof body.html === "string" ? body.html : (body.messages || []).map((m) => m.html).join("");
   const pinned = nearBottom();
+  // An editor open on a message that stays on the new path keeps what was typed in it.
+  const drafts = [...ui.items.querySelectorAll("article.msg.editing")].map((node) => [node.dataset.seq, node.querySelector(".msg-editor textarea")?.value ?? ""]);
+  const hadFocus = document.activeElement?.closest(".msg-editor") ? document.activeElement.closest("article.msg")?.dataset.seq : null;
   ui.items.innerHTML = html; // server-rendered, autoescaped and sanitised
   const shown = articles();
   state.firstSeq = typeof body.first_seq === "number" ? body.first_seq : shown.length ? Number(shown[0].dataset.seq) : 0;
@@ -177,6 +184,15 @@ async function fetchPath(leaf, asked) {
   // Messages committed while the path was fetched were not on the old path: the caller
   // catches up along the new one.
   onPathShown();
+  for (const [seq, text] of drafts) {
+    const node = articleFor(seq);
+    if (!node) continue;
+    openEditor(node, { text, focus: seq === hadFocus });
+  }
+  if (focusComposer) {
+    focusComposer = false;
+    ui.textarea.focus();
+  }
   if (refocus) {
     const { seq, label } = refocus;
     refocus = null;
@@ -257,7 +273,7 @@ function openRegenerateDialog(article) {
   $("[data-regen-model]", dialog)?.focus();
 }
 
-function openEditor(article) {
+function openEditor(article, { text = null, focus = true } = {}) {
   if (!article) return;
   const open = article.querySelector(".msg-editor textarea");
   if (open) {
@@ -265,7 +281,7 @@ function openEditor(article) {
     return;
   }
   const body = article.querySelector(".msg-body[data-markdown]");
-  const source = body ? body.dataset.markdown : "";
+  const source = text ?? (body ? body.dataset.markdown : "");
   editorCount += 1;
   const id = `edit-${article.dataset.seq}-${editorCount}`;
   const textarea = el("textarea", { id, rows: String(Math.min(12, Math.max(2, source.split("\n").length + 1))), value: source });
@@ -302,6 +318,7 @@ function openEditor(article) {
   const tools = article.querySelector(".msg-tools");
   if (tools) tools.hidden = true;
   (tools || body || article.lastElementChild).after(form);
+  if (!focus) return;
   textarea.focus();
   textarea.setSelectionRange(textarea.value.length, textarea.value.length);
 }

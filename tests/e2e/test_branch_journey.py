@@ -180,6 +180,8 @@ def test_editing_a_message_adds_a_version_and_the_arrows_switch_between_them(
     idle(page)
     edited = user_message(page, "Name a vegetable.")
     assert count_of(edited) == "2 / 2"
+    # The editor was redrawn away: focus went to the composer, not to the page's body.
+    assert page.evaluate("document.activeElement.id") == "composer-text"
     assert edited.get_by_role("button", name="Next version").is_disabled()
     shot(page, "the edit is version 2 of 2")
     # The model saw the edited text, not both versions.
@@ -292,6 +294,35 @@ def test_switching_a_version_in_one_tab_switches_every_open_tab(open_chat, shot,
     assert count_of(user_message(first_tab, "Pick a colour.")) == "1 / 2"
     shot(first_tab, "first tab followed the switch")
     shot(second_tab, "second tab after its switch")
+
+
+def test_a_redraw_from_another_tab_keeps_an_open_editor_and_its_draft(
+    open_chat, shot, fake, session
+):
+    first_tab = open_chat(session)
+    exchange(first_tab, fake, "Question one.", "Answer one.")
+    exchange(first_tab, fake, "Question two.", "Answer two.")
+    second_tab = open_chat(session, context=first_tab.context)
+    assistant_with(second_tab, "Answer two.")
+    question = user_message(second_tab, "Question one.")
+    question.get_by_role("button", name="Edit message").click()
+    question.get_by_role("textbox", name="Edited message").fill("Question one, half rewritten")
+
+    # The first tab regenerates the last reply: the second tab redraws its path, on which
+    # the message being edited still lies.
+    fake.push(Reply(text("Answer two, again.")))
+    assistant_with(first_tab, "Answer two.").get_by_role(
+        "button", name="Regenerate reply", exact=True
+    ).click()
+    assistant_with(second_tab, "Answer two, again.")
+    idle(second_tab)
+    editor = user_message(second_tab, "Question two.").page.get_by_role(
+        "textbox", name="Edited message"
+    )
+    assert editor.count() == 1
+    assert editor.input_value() == "Question one, half rewritten"
+    assert count_of(assistant_with(second_tab, "Answer two, again.").first) == "2 / 2"
+    shot(second_tab, "the draft survived the other tab's regenerate")
 
 
 def test_continue_after_stop_and_after_the_output_limit_writes_on_in_the_same_reply(
