@@ -234,7 +234,7 @@ def test_regenerate_keeps_every_reply_and_can_use_another_model(
 
     # Another model, from the dialog's picker. Esc closes the dialog and asks nothing.
     asked = len(fake.requests)
-    opener = reply.get_by_role("button", name="Regenerate reply with another model")
+    opener = reply.get_by_role("button", name="Regenerate with…")
     opener.click()
     dialog = page.get_by_role("dialog", name="Regenerate with another model")
     dialog.wait_for()
@@ -479,3 +479,42 @@ def test_a_reload_mid_reply_on_an_older_version_resumes_that_reply(open_chat, sh
     sent = str(fake.requests[-1].body["messages"])
     assert "Plan A?" in sent and "Plan B?" not in sent
     shot(page, "reply resumed on version 1 after the reload")
+
+
+AXE = "/static/vendor/axe-core/axe.min.js"
+RUN_AXE = """async () => {
+  const result = await axe.run(document, { resultTypes: ["violations"] });
+  return result.violations.filter((v) => v.impact === "serious" || v.impact === "critical")
+    .map((v) => `${v.id}: ${v.nodes.slice(0, 3).map((n) => n.target.join(" ")).join(", ")}`);
+}"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_axe_finds_no_serious_violations_in_the_branch_controls(
+    open_chat, shot, fake, session, scheme
+):
+    page = open_chat(session, scheme=scheme)
+    exchange(page, fake, "Say hi.", "Hi.")
+    first = user_message(page, "Say hi.")
+    first.get_by_role("button", name="Edit message").click()
+    first.get_by_role("textbox", name="Edited message").fill("Say hello.")
+    fake.push(Reply(text("Hello "), pause(30), text("never sent")))
+    first.get_by_role("button", name="Save and send").click()
+    page.wait_for_function(
+        "() => (document.querySelector('[data-live] .streamed-text')?.textContent || '')"
+        ".includes('Hello')",
+        timeout=LIVE_TIMEOUT_MS,
+    )
+    page.click("[data-action=stop]")
+    page.locator("[data-continue-bar]").wait_for(state="visible", timeout=LIVE_TIMEOUT_MS)
+    page.add_script_tag(url=AXE)
+    found = {"switcher and Continue": page.evaluate(RUN_AXE)}
+    user_message(page, "Say hello.").get_by_role("button", name="Edit message").click()
+    found["inline editor"] = page.evaluate(RUN_AXE)
+    shot(page, f"editor open {scheme}")
+    user_message(page, "Say hello.").get_by_role("button", name="Cancel").click()
+    assistant_with(page, "Hello").get_by_role("button", name="Regenerate with…").click()
+    page.get_by_role("dialog").wait_for()
+    found["regenerate dialog"] = page.evaluate(RUN_AXE)
+    shot(page, f"dialog open {scheme}")
+    assert found == {name: [] for name in found}, found
