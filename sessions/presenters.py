@@ -156,8 +156,11 @@ def message_view(session: Session, message: Message) -> dict[str, Any]:
         # The tree (docs/PROTOCOL.md "Branches"), as the socket's message payload has it:
         # the page's "< 2 / 3 >" switcher, its path check and Continue read these.
         "parent": message.parent_seq,
-        "siblings": list(getattr(message, "siblings", None) or [message.seq]),
-        "continues": message.parent_seq if message.continuation == "prefill" else None,
+        "siblings": getattr(message, "siblings", None) or [message.seq],
+        "continues": message.parent_seq if message.continuation else None,
+        # "prefill" rows are shown inside the reply they continue; "instruction" rows
+        # are a reply of their own (docs/PROTOCOL.md "Continue").
+        "continuation": message.continuation,
         "finish_reason": message.finish_reason,
     }
     siblings = view["siblings"]

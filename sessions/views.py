@@ -219,7 +219,7 @@ def session_messages(request: HttpRequest, session_id: object) -> JsonResponse:
     return JsonResponse(
         {
             "html": presenters.render_items(items),
-            "first_seq": rows[0].seq if rows else (before or 0),
+            "first_seq": rows[0].seq if rows else before,
             "has_more": more,
         }
     )

@@ -54,17 +54,18 @@ def test_the_chat_page_shows_the_active_path_with_its_switcher(client, owner, br
     assert re.search(r"data-branch-count>\s*2 / 2\s*<", html)
     assert 'aria-label="Previous version"' in html and 'data-seq="1"' in html
     assert 'data-finish="max_tokens"' in html
-    assert page_data(html)["leaf"] == 4
+    assert page_data(html)["activeLeaf"] == 4
 
 
 def test_leaf_returns_the_other_path_as_a_page_would_open_on_it(client, owner, branched):
     client.force_login(owner)
     url = reverse("session_messages", args=[branched.pk])
     body = client.get(url, {"leaf": 2}).json()
-    assert "Plan A?" in body["html"] and "Answer A." in body["html"]
-    assert "Plan B?" not in body["html"]
-    assert re.search(r"data-branch-count>\s*1 / 2\s*<", body["html"])
-    assert body["first_seq"] == 1 and body["has_more"] is False
+    html = "".join(m["html"] for m in body["messages"])
+    assert "Plan A?" in html and "Answer A." in html
+    assert "Plan B?" not in html
+    assert re.search(r"data-branch-count>\s*1 / 2\s*<", html)
+    assert body["first_seq"] == 1 and body["more"] is False
 
 
 def test_after_walks_the_active_path_only(client, owner, branched):

@@ -30,7 +30,7 @@ let focusComposer = false;
 export function initBranches({ send: sendFrame, onPath }) {
   send = sendFrame;
   onPathShown = onPath;
-  state.leaf = typeof data.leaf === "number" ? data.leaf : lastSeq();
+  state.leaf = typeof data.activeLeaf === "number" ? data.activeLeaf : lastSeq();
   decorate(ui.items);
   ui.textarea.addEventListener("keydown", upArrowEdits);
   const dialog = $("[data-regen-dialog]");
@@ -138,6 +138,12 @@ export function updateContinueBar() {
   $("[data-continue-why]", bar).textContent = finish === "cancelled" ? "The reply was stopped." : "The reply reached the model's output limit.";
 }
 
+// `hello` names the session's active leaf: a tab that was away while another switched
+// draws the new path (a page already showing it has nothing to do).
+export function onHello(event) {
+  if (typeof event.leaf === "number" && event.leaf !== currentLeaf()) onBranch({ leaf: event.leaf });
+}
+
 // `session.branch`: the active leaf changed (here or in another tab). Render its path from
 // the server; give focus back to where the user was when the change was theirs.
 export async function onBranch(event) {
@@ -176,7 +182,7 @@ async function fetchPath(leaf, asked) {
   ui.items.innerHTML = html; // server-rendered, autoescaped and sanitised
   const shown = articles();
   state.firstSeq = typeof body.first_seq === "number" ? body.first_seq : shown.length ? Number(shown[0].dataset.seq) : 0;
-  state.hasMore = Boolean(body.has_more);
+  state.hasMore = Boolean(body.has_more ?? body.more);
   $(".load-earlier", ui.transcript).hidden = !state.hasMore;
   hydrate(ui.items);
   decorate(ui.items);

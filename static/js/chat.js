@@ -16,7 +16,7 @@
 // everything else goes through textContent.
 
 import { decide, showApprovals } from "./approvals.js";
-import { branchRefused, handles, initBranches, onBranch, onControl } from "./branches.js";
+import { branchRefused, handles, initBranches, onBranch, onControl, onHello } from "./branches.js";
 import { initComposer, removeAttachment, resetComposer, sendRefused } from "./composer.js";
 import { FilesPanel } from "./files.js";
 import { onUsage, updateContextMeter, updateSessionCost } from "./meters.js";
@@ -48,6 +48,7 @@ function onEvent(event) {
       } else {
         catchUp();
       }
+      onHello(event);
       break;
     case "turn.queued": // the worker is busy: the turn waits its place (issue 26)
       setRunning(event.turn);
