@@ -153,8 +153,7 @@ def message_view(session: Session, message: Message) -> dict[str, Any]:
         "turn": str(message.turn_id) if message.turn_id else "",
         "model": message.model,
         "cancelled": message.finish_reason == "cancelled",
-        # The tree (docs/PROTOCOL.md "Branches"), as the socket's message payload has it:
-        # the page's "< 2 / 3 >" switcher, its path check and Continue read these.
+        # The tree (docs/PROTOCOL.md "Branches"): what "< i / n >" needs, for the page.
         "parent": message.parent_seq,
         "siblings": getattr(message, "siblings", None) or [message.seq],
         "continues": message.parent_seq if message.continuation else None,

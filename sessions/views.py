@@ -129,7 +129,8 @@ def chat(request: HttpRequest, session_id: object) -> HttpResponse:
         "uploadUrl": reverse("attachment_upload", args=[session.pk]),
         "firstSeq": first_seq,
         "lastSeq": last_seq,
-        "leaf": session.active_seq,
+        # The active leaf the page shows: sent back as `leaf` with branch commands.
+        "activeLeaf": session.active_seq,
         "hasMore": has_more,
         "model": session.model,
         "caps": presenters.caps_payload(caps),
@@ -174,16 +175,17 @@ def session_messages(request: HttpRequest, session_id: object) -> JsonResponse:
 
     `?after=<seq>`: each message after it, keyed by seq (the live page fetches a message
     the socket announced, rendered by the same code as the page). `?before=<seq>`: the
-    window of older messages as one fragment ("load earlier"). All along the active path,
-    or along the path to `?leaf=<seq>` (docs/PROTOCOL.md "Branches").
+    window of older messages as one fragment ("load earlier"). `?leaf=<seq>` (alone, or
+    with either): along the path ending there instead of the active path.
     """
     session = _own_session(request, session_id)
     after = _int_param(request, "after")
     before = _int_param(request, "before")
-    # `?leaf=<seq>`: along the path root → that message instead of the active one.
+    # `?leaf=<seq>`: the path ending there (a branch the page switches to); without it
+    # the active path. With neither after nor before: that path's latest window.
     leaf = _int_param(request, "leaf")
-    if after is not None:
-        rows, more = selectors.messages_window(session=session, after=after, leaf=leaf)
+    if leaf is not None and after is None and before is None:
+        rows, more = selectors.messages_window(session=session, leaf=leaf or None)
         return JsonResponse(
             {
                 "messages": [_message_json(session, m) for m in rows],
@@ -200,12 +202,8 @@ def session_messages(request: HttpRequest, session_id: object) -> JsonResponse:
                 "more": more,
             }
         )
-    if before is None and leaf is None:
-        return JsonResponse(
-            {"error": "Give after, before or leaf (a sequence number)."}, status=400
-        )
-    # `?before=`: older messages of the path ("load earlier"); `?leaf=` alone: the latest
-    # window of that path, as a page would open on it (a branch switch redraws with it).
+    if before is None:
+        return JsonResponse({"error": "Give after or before (a sequence number)."}, status=400)
     rows, more = selectors.messages_window(session=session, before=before, leaf=leaf)
     turns = selectors.turns_by_id(session=session, turn_ids={m.turn_id for m in rows})
     checkpoints = (
