@@ -157,6 +157,9 @@ def message_view(session: Session, message: Message) -> dict[str, Any]:
         "parent": message.parent_seq,
         "siblings": getattr(message, "siblings", None) or [message.seq],
         "continues": message.parent_seq if message.continuation else None,
+        # "prefill" rows are shown inside the reply they continue; "instruction" rows
+        # are a reply of their own (docs/PROTOCOL.md "Continue").
+        "continuation": message.continuation,
         "finish_reason": message.finish_reason,
     }
     siblings = view["siblings"]

@@ -7,6 +7,7 @@
 //   approvals.js   tool calls waiting for a decision
 //   meters.js      context meter and session cost
 //   model_bar.js   the model picker in the header
+//   branches.js    edit, regenerate, "‹ 2 / 3 ›" branches, continue (the transcript as a tree)
 // with renderer.js / stream.js (Markdown, live and stored), socket.js, sidebar.js,
 // files.js and picker.js below them.
 //
@@ -15,6 +16,7 @@
 // everything else goes through textContent.
 
 import { decide, showApprovals } from "./approvals.js";
+import { branchRefused, handles, initBranches, onBranch, onControl, onHello } from "./branches.js";
 import { initComposer, removeAttachment, resetComposer, sendRefused } from "./composer.js";
 import { FilesPanel } from "./files.js";
 import { onUsage, updateContextMeter, updateSessionCost } from "./meters.js";
@@ -46,6 +48,7 @@ function onEvent(event) {
       } else {
         catchUp();
       }
+      onHello(event);
       break;
     case "turn.queued": // the worker is busy: the turn waits its place (issue 26)
       setRunning(event.turn);
@@ -82,9 +85,12 @@ function onEvent(event) {
     case "session.title":
       sidebar.setTitle(data.session, String(event.title || ""));
       break;
+    case "session.branch":
+      onBranch(event);
+      break;
     case "error":
       sendRefused();
-      showConnection(event.error);
+      if (!branchRefused(event.error)) showConnection(event.error);
       break;
     default:
       break; // unknown types are ignored: newer servers may add some
@@ -123,6 +129,7 @@ document.addEventListener("click", (click) => {
     copyText(button, button.closest(".msg")?.querySelector("[data-markdown]")?.dataset.markdown || "");
   } else if (action === "approve" || action === "deny") decide(button, send);
   else if (action === "remove-attachment") removeAttachment(index);
+  else if (handles(action)) onControl(button);
 });
 
 async function copyText(button, text) {
@@ -140,7 +147,7 @@ async function copyText(button, text) {
 // Esc stops the streaming reply (unless a field or menu is using Esc itself).
 document.addEventListener("keydown", (key) => {
   if (key.key !== "Escape" || !state.activeTurn || key.defaultPrevented) return;
-  if (document.body.classList.contains("drawer-open")) return;
+  if (document.body.classList.contains("drawer-open") || document.querySelector("dialog[open]")) return;
   if (document.activeElement && document.activeElement.closest(".rename-form, [data-search-input]")) return;
   key.preventDefault();
   send({ type: "stop", turn: state.activeTurn });
@@ -149,6 +156,15 @@ document.addEventListener("keydown", (key) => {
 // --- start ---------------------------------------------------------------------------------
 
 initComposer(send);
+// A redrawn path may carry turn footers (a rate-limited one counts down again), and
+// messages committed while it was fetched follow it.
+initBranches({
+  send,
+  onPath: () => {
+    ui.items.querySelectorAll("[data-turn-footer]").forEach(startCountdown);
+    catchUp();
+  },
+});
 const sidebar = new Sidebar($("[data-sidebar]"), { currentSession: data.session, searchUrl: data.searchUrl, onStatus: showConnection });
 const files = new FilesPanel($("[data-files-panel]"), data.filesUrl);
 onTurnEnded(() => files.refresh());

@@ -38,6 +38,7 @@ export const state = {
   sending: false,
   sessionCost: data.sessionCost === null ? null : Number(data.sessionCost),
   contextTokens: data.contextTokens,
+  leaf: null, // the active leaf shown (branches.js): the last message of the path on the page
 };
 
 // Nearer the bottom than this (px), new content keeps the view pinned to the bottom.

@@ -3,6 +3,7 @@
 // so a committed reply, and the page after a reload, equal what was streamed.
 
 import { $, data, el, keepPinned, nearBottom, showConnection, state, ui } from "./page.js";
+import { currentLeaf, decorate, extendsPath } from "./branches.js";
 import { hydrate } from "./renderer.js";
 
 export function renderedSeqs() {
@@ -36,10 +37,16 @@ async function fetchAfter() {
     const shown = renderedSeqs();
     for (const message of body.messages) {
       if (shown.has(message.seq)) continue;
-      items.insertAdjacentHTML("beforeend", message.html);
+      const holder = document.createElement("template");
+      holder.innerHTML = message.html; // server-rendered, autoescaped and sanitised
+      const node = holder.content.querySelector("article");
+      if (!extendsPath(node)) continue; // on another branch than the one shown
+      items.append(holder.content);
+      state.leaf = message.seq; // the path shown grew: this is its leaf now
       if (message.role === "tool") markToolDone(items.lastElementChild);
     }
     hydrate(items);
+    decorate(items);
     keepPinned(pinned);
     if (!body.more) return;
   }
@@ -49,12 +56,14 @@ export async function loadEarlier(button) {
   const { items, scroller, transcript } = ui;
   button.disabled = true;
   try {
-    const response = await fetch(`${data.messagesUrl}?before=${state.firstSeq}`, { credentials: "same-origin" });
+    // Older messages of the path shown (the server pages along the active leaf's path).
+    const response = await fetch(`${data.messagesUrl}?before=${state.firstSeq}&leaf=${currentLeaf()}`, { credentials: "same-origin" });
     if (!response.ok) throw new Error(`HTTP ${response.status}`);
     const body = await response.json();
     const fromBottom = scroller.scrollHeight - scroller.scrollTop;
     items.insertAdjacentHTML("afterbegin", body.html);
     hydrate(items);
+    decorate(items);
     scroller.scrollTop = scroller.scrollHeight - fromBottom; // keep the reader's place
     state.firstSeq = body.first_seq;
     state.hasMore = body.has_more;

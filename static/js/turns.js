@@ -3,6 +3,7 @@
 // shows: plain words per failure class, Retry, a countdown for `rate_limited`).
 
 import { clearApprovals } from "./approvals.js";
+import { updateContinueBar } from "./branches.js";
 import { clearErrors, data, keepPinned, nearBottom, state, turnState, ui } from "./page.js";
 import { hydrate } from "./renderer.js";
 import { StreamView } from "./stream.js";
@@ -65,6 +66,7 @@ export function setRunning(turn) {
   ui.stopButton.hidden = !turn;
   ui.sendButton.disabled = Boolean(turn) || state.sending;
   if (turn) for (const footer of document.querySelectorAll("[data-turn-footer]")) footer.querySelector("[data-action=retry]")?.remove();
+  updateContinueBar();
 }
 
 // Seconds left before a rate-limited turn may be retried: the Retry button waits.
