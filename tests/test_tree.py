@@ -108,6 +108,8 @@ class TreeContract:
         )
         assert (turn.base_seq, turn.model) == (1, "anthropic:claude-test-2")
         assert Session.objects.get(pk=session.pk).active_seq == 1
+        # The other model answered this once: the session stays on the one it was on.
+        assert Session.objects.get(pk=session.pk).model == session.model
         [reply] = _finish(turn, "1 again")
         assert (reply.parent_seq, reply.seq) == (1, 3)
         assert Session.objects.get(pk=session.pk).active_seq == 3

@@ -257,6 +257,9 @@ def test_regenerate_keeps_every_reply_and_can_use_another_model(
     sent = str(fake.requests[-1].body["messages"])
     assert "First haiku." not in sent and "Second haiku." not in sent
     shot(page, "reply 3 of 3 from the other model")
+    # That model answered once: the session, and the header's picker, stay on theirs.
+    session.refresh_from_db()
+    assert session.model == MODEL
 
     third.get_by_role("button", name="Previous version").click()
     wait_path(page, "Second haiku.", absent=("Third haiku",))

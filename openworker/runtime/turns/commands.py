@@ -320,7 +320,9 @@ def _branch_turn(
     with transaction.atomic():
         locked, busy = _lock_idle(session, leaf)
         _admit(locked, busy_ok=busy)
-        if model != locked.model:
+        # "Regenerate with…" another model is for that reply only (as the peers do): the
+        # session, and the page's picker, stay on the model the user chose for it.
+        if model != locked.model and cause != "regenerate":
             Session.objects.filter(pk=locked.pk).update(model=model)
         turn = Turn.objects.create(
             session=locked, model=model, base_seq=base_seq, continuation=continuation
