@@ -76,6 +76,14 @@ class LeaseKeeper:
                     return
             try:
                 leases, beats = self._collect()
+                # A turn that ended since it was collected is not beaten: its engine has
+                # released it, and a late write would only race its last commit.
+                held = [lease for lease in leases if self._leases.get(lease.turn_id) is lease]
+                if not held:
+                    continue
+                if len(held) < len(leases):
+                    ids = {lease.turn_id for lease in held}
+                    leases, beats = held, [beat for beat in beats if beat.turn_id in ids]
                 try:
                     replies = db_blocking(turn_state.turns_heartbeat, pool="lease-db", beats=beats)
                 except BaseException:
