@@ -8,6 +8,7 @@ from django.test import Client, RequestFactory
 from django.urls import reverse
 from django.views.defaults import server_error
 
+from sessions.models import UserPreferences
 from tests.test_settings import run_manage
 
 DEBUG_PAGE_MARKERS = ("Traceback", "URLconf", "DEBUG = True", "Django tried these URL")
@@ -78,3 +79,14 @@ def test_a_locked_out_sign_in_is_a_styled_429_that_says_when(client, owner, sett
     assert "Too many sign-in attempts" in body
     assert "Try again in" in body
     assert_friendly(body)
+
+
+@pytest.mark.django_db
+def test_an_error_page_follows_the_users_theme_and_else_the_system(client, owner):
+    UserPreferences.objects.create(user=owner, theme=UserPreferences.Theme.DARK)
+    client.force_login(owner)
+    assert 'data-theme="dark"' in client.get("/no-such-page/").content.decode()
+    client.logout()
+    assert 'data-theme="system"' in client.get("/no-such-page/").content.decode()
+    # No request, no user: the page follows the browser rather than fail again.
+    assert 'data-theme="system"' in server_error(RequestFactory().get("/")).content.decode()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import template
+from django.db import DatabaseError
 
 from sessions import selectors
 
@@ -25,5 +26,13 @@ def sidebar(context: Any, current: Any = None) -> dict[str, Any]:
 
 @register.simple_tag(takes_context=True)
 def user_theme(context: Any) -> str:
-    request = context.get("request")
-    return selectors.user_theme(user=request.user) if request is not None else "system"
+    """The signed-in user's theme, else "system" (follow the browser). Error pages use it
+    too, where the request may have no user (a disallowed host) or the database may be
+    what failed: they fall back rather than fail again."""
+    user = getattr(context.get("request"), "user", None)
+    if user is None:
+        return "system"
+    try:
+        return selectors.user_theme(user=user)
+    except DatabaseError:
+        return "system"

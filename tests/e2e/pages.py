@@ -17,6 +17,14 @@ ALICE_PASSWORD = "alice-pass-123"
 BOB_PASSWORD = "bob-pass-123"
 ROOT_PASSWORD = "root-pass-123"
 
+# axe-core (vendored) and a run of it that returns its serious and critical findings.
+AXE = "/static/vendor/axe-core/axe.min.js"
+RUN_AXE = """async () => {
+  const result = await axe.run(document, { resultTypes: ["violations"] });
+  return result.violations.filter((v) => v.impact === "serious" || v.impact === "critical")
+    .map((v) => `${v.id}: ${v.nodes.slice(0, 3).map((n) => n.target.join(" ")).join(", ")}`);
+}"""
+
 
 def sign_in(page: Any, base_url: str, username: str, password: str) -> None:
     """Sign in through the form, as a person would; ends on the page after sign-in."""

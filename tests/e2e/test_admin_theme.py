@@ -13,11 +13,10 @@ from typing import Any
 import pytest
 
 from sessions.models import Session, UserPreferences
-from tests.e2e.pages import MODEL, ROOT_PASSWORD, sign_in_admin
+from tests.e2e.pages import AXE, MODEL, ROOT_PASSWORD, sign_in_admin
 
 pytestmark = [pytest.mark.distributed, pytest.mark.django_db(transaction=True)]
 
-AXE = "/static/vendor/axe-core/axe.min.js"
 # Django's own filter widget (admin/js/SelectFilter2.js) puts a title-like aria-label on a
 # bare <span> (aria-prohibited-attr): Django's markup, not a theme matter, left to upstream.
 DJANGO_WIDGET_ICONS = ".help-tooltip.search-label-icon"

@@ -19,7 +19,16 @@ import pytest
 
 from providers.edge.models import MatrixModel
 from sessions.models import Message, Session
-from tests.e2e.pages import API_KEY, LIVE_TIMEOUT_MS, MODEL, assistant_with, send, wait_connected
+from tests.e2e.pages import (
+    API_KEY,
+    AXE,
+    LIVE_TIMEOUT_MS,
+    MODEL,
+    RUN_AXE,
+    assistant_with,
+    send,
+    wait_connected,
+)
 from tests.fakes import Reply, drip, pause, text
 from tests.fakes.script import STOP_MAX_TOKENS
 from tests.support.chat import point_provider_at, session_cookie
@@ -482,14 +491,6 @@ def test_a_reload_mid_reply_on_an_older_version_resumes_that_reply(open_chat, sh
     sent = str(fake.requests[-1].body["messages"])
     assert "Plan A?" in sent and "Plan B?" not in sent
     shot(page, "reply resumed on version 1 after the reload")
-
-
-AXE = "/static/vendor/axe-core/axe.min.js"
-RUN_AXE = """async () => {
-  const result = await axe.run(document, { resultTypes: ["violations"] });
-  return result.violations.filter((v) => v.impact === "serious" || v.impact === "critical")
-    .map((v) => `${v.id}: ${v.nodes.slice(0, 3).map((n) => n.target.join(" ")).join(", ")}`);
-}"""
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])

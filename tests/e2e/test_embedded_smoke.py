@@ -26,7 +26,9 @@ import pytest
 
 from tests.e2e.pages import (
     API_KEY,
+    AXE,
     LIVE_TIMEOUT_MS,
+    RUN_AXE,
     assistant_with,
     send,
     sign_in,
@@ -168,3 +170,15 @@ def test_make_run_from_a_clean_checkout_signs_in_and_streams_a_reply(tmp_path, n
         assert "URLconf" not in missing.text and "Traceback" not in missing.text
         css = httpx.get(f"{base}/static/css/app.css", timeout=5)
         assert css.status_code == 200 and "--fg" in css.text
+
+        # The styled error page as a browser shows it, in both themes: readable (axe's
+        # contrast rules included) and styled by the app's stylesheet.
+        for scheme in ("light", "dark"):
+            page.emulate_media(color_scheme=scheme)
+            page.goto(f"{base}/no-such-page/")
+            assert "There is nothing here" in page.inner_text("main")
+            background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+            assert background == {"light": "rgb(246, 247, 249)", "dark": "rgb(20, 23, 29)"}[scheme]
+            page.add_script_tag(url=AXE)
+            assert page.evaluate(RUN_AXE) == [], scheme
+            shot(page, f"styled 404 {scheme}")

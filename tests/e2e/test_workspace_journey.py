@@ -21,7 +21,16 @@ from django.utils import timezone
 from sessions import services
 from sessions.models import Session, Turn, UserPreferences
 from sessions.selectors import workspace_root
-from tests.e2e.pages import API_KEY, LIVE_TIMEOUT_MS, MODEL, assistant_with, send, wait_connected
+from tests.e2e.pages import (
+    API_KEY,
+    AXE,
+    LIVE_TIMEOUT_MS,
+    MODEL,
+    RUN_AXE,
+    assistant_with,
+    send,
+    wait_connected,
+)
 from tests.fakes import Reply, drip, http_error, quota_exceeded, rate_limited, text, usage
 from tests.support.chat import point_provider_at, session_cookie
 
@@ -455,14 +464,6 @@ def test_files_panel_favicon_and_meter(open_page, shot, alice, stack, viewport, 
     send_button = page.locator("[data-send]")
     page.evaluate("document.querySelector('[data-send]').disabled = true")
     assert send_button.evaluate("(b) => getComputedStyle(b).cursor") == "not-allowed"
-
-
-AXE = "/static/vendor/axe-core/axe.min.js"
-RUN_AXE = """async () => {
-  const result = await axe.run(document, { resultTypes: ["violations"] });
-  return result.violations.filter((v) => v.impact === "serious" || v.impact === "critical")
-    .map((v) => `${v.id}: ${v.nodes.slice(0, 3).map((n) => n.target.join(" ")).join(", ")}`);
-}"""
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
