@@ -7,6 +7,8 @@ import struct
 import zlib
 from typing import Any
 
+import pytest
+
 # A page waits this long (ms) for what a streamed reply or a socket should bring.
 LIVE_TIMEOUT_MS = 20_000
 
@@ -16,6 +18,16 @@ API_KEY = "sk-ant-e2e-secret-9f3kQWXYZ"
 ALICE_PASSWORD = "alice-pass-123"
 BOB_PASSWORD = "bob-pass-123"
 ROOT_PASSWORD = "root-pass-123"
+
+# The viewports and colour schemes the journeys run in (desktop and phone, light and dark).
+DESKTOP = {"width": 1280, "height": 800}
+PHONE = {"width": 390, "height": 844}
+LOOKS = [
+    pytest.param(DESKTOP, "light", id="desktop-light"),
+    pytest.param(DESKTOP, "dark", id="desktop-dark"),
+    pytest.param(PHONE, "light", id="phone-light"),
+    pytest.param(PHONE, "dark", id="phone-dark"),
+]
 
 # axe-core (vendored) and a run of it that returns its serious and critical findings.
 AXE = "/static/vendor/axe-core/axe.min.js"

@@ -22,8 +22,10 @@ from sessions.models import Message, Session
 from tests.e2e.pages import (
     API_KEY,
     AXE,
+    DESKTOP,
     LIVE_TIMEOUT_MS,
     MODEL,
+    PHONE,
     RUN_AXE,
     assistant_with,
     send,
@@ -35,8 +37,6 @@ from tests.support.chat import point_provider_at, session_cookie
 
 pytestmark = [pytest.mark.distributed, pytest.mark.django_db(transaction=True)]
 
-DESKTOP = {"width": 1280, "height": 800}
-PHONE = {"width": 390, "height": 844}
 OTHER_MODEL = "anthropic:claude-e2e-other"
 BUSY = "Wait for the reply to finish"
 

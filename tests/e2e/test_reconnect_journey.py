@@ -17,7 +17,15 @@ import httpx
 import pytest
 
 from sessions.models import Session, Turn
-from tests.e2e.pages import API_KEY, LIVE_TIMEOUT_MS, MODEL, send, wait_connected, wait_streamed
+from tests.e2e.pages import (
+    API_KEY,
+    LIVE_TIMEOUT_MS,
+    LOOKS,
+    MODEL,
+    send,
+    wait_connected,
+    wait_streamed,
+)
 from tests.fakes import Reply, drip, error_event, text, usage
 from tests.support import procs
 from tests.support.chat import point_provider_at, session_cookie
@@ -27,15 +35,6 @@ pytestmark = [pytest.mark.distributed, pytest.mark.django_db(transaction=True)]
 # The target: live again this soon after the server answers (the cap is 1.5 s + jitter).
 LIVE_AGAIN_SECONDS = 2.0
 START_SECONDS = 60.0
-
-DESKTOP = {"width": 1280, "height": 800}
-PHONE = {"width": 390, "height": 844}
-LOOKS = [
-    pytest.param(DESKTOP, "light", id="desktop-light"),
-    pytest.param(DESKTOP, "dark", id="desktop-dark"),
-    pytest.param(PHONE, "light", id="phone-light"),
-    pytest.param(PHONE, "dark", id="phone-dark"),
-]
 
 
 def start_daphne(env: dict[str, str], port: int) -> procs.Proc:

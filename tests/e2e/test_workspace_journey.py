@@ -24,8 +24,11 @@ from sessions.selectors import workspace_root
 from tests.e2e.pages import (
     API_KEY,
     AXE,
+    DESKTOP,
     LIVE_TIMEOUT_MS,
+    LOOKS,
     MODEL,
+    PHONE,
     RUN_AXE,
     assistant_with,
     send,
@@ -36,14 +39,6 @@ from tests.support.chat import point_provider_at, session_cookie
 
 pytestmark = [pytest.mark.distributed, pytest.mark.django_db(transaction=True)]
 
-DESKTOP = {"width": 1280, "height": 800}
-PHONE = {"width": 390, "height": 844}
-LOOKS = [
-    pytest.param(DESKTOP, "light", id="desktop-light"),
-    pytest.param(DESKTOP, "dark", id="desktop-dark"),
-    pytest.param(PHONE, "light", id="phone-light"),
-    pytest.param(PHONE, "dark", id="phone-dark"),
-]
 
 MARKDOWN = """## Results
 
