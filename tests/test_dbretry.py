@@ -66,7 +66,9 @@ async def test_a_lasting_outage_gives_up_after_the_deadline(owner, monkeypatch):
         await dbretry.write(
             append_through, wrapper=wrapper, session_id=session.pk, role="assistant", content="x"
         )
-    assert state["failed"] >= 3
+    # Retried (how often depends on how fast this machine is), then given up: not the
+    # 10,000 failures a retry without a deadline would meet.
+    assert 2 <= state["failed"] < 10_000
     assert await Message.objects.filter(session=session).acount() == 0
 
 
