@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
-from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.layers import get_channel_layer
@@ -30,6 +29,7 @@ from openworker.middleware import text_problem
 from openworker.runtime.live import events
 from openworker.runtime.live.replay import get_replay_buffer
 from openworker.runtime.turns import commands
+from openworker.runtime.turns.socket_db import socket_db
 from sessions import selectors
 
 logger = logging.getLogger(__name__)
@@ -94,9 +94,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         session_id = self.scope["url_route"]["kwargs"]["session_id"]
-        session = await database_sync_to_async(selectors.session_get_for_user)(
-            session_id=session_id, user=user
-        )
+        session = await socket_db(selectors.session_get_for_user)(session_id=session_id, user=user)
         if session is None:
             await self.close(code=CLOSE_NOT_FOUND)
             return
@@ -110,7 +108,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.channel_layer.group_add(events.user_group(user.pk), self.channel_name)
         await self.accept()
-        turns = await database_sync_to_async(_active_turn_states)(session)
+        turns = await socket_db(_active_turn_states)(session)
         # `leaf`: the active leaf now; a page that shows another one (switched in a tab
         # while this one was away) fetches the path (docs/PROTOCOL.md "Branches").
         await self.send_json(
@@ -205,7 +203,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             return
         self.sending += 1
         try:
-            turn = await database_sync_to_async(commands.turn_send)(
+            turn = await socket_db(commands.turn_send)(
                 session=self.session,
                 user=self.user,
                 text=text,
@@ -219,7 +217,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
     async def _on_stop(self, content: dict[str, Any]) -> None:
         turn = await self._turn(content)
         if turn is not None:
-            await database_sync_to_async(commands.turn_request_stop)(turn=turn)
+            await socket_db(commands.turn_request_stop)(turn=turn)
 
     async def _on_decide(self, content: dict[str, Any]) -> None:
         turn = await self._turn(content)
@@ -229,14 +227,14 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         if not isinstance(call_id, str):
             await self._error("approve/deny take turn and call_id.")
             return
-        await database_sync_to_async(commands.turn_decide_tool)(
+        await socket_db(commands.turn_decide_tool)(
             turn=turn, call_id=call_id, approved=content["type"] == "approve"
         )
 
     async def _on_retry(self, content: dict[str, Any]) -> None:
         turn = await self._turn(content)
         if turn is not None:
-            await database_sync_to_async(commands.turn_retry)(turn=turn)
+            await socket_db(commands.turn_retry)(turn=turn)
 
     # --- the tree (docs/PROTOCOL.md "Branches") ----------------------------------------
 
@@ -261,7 +259,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
                 "edit takes message (a seq), text (string), attachments (ids), model and leaf."
             )
             return
-        turn = await database_sync_to_async(commands.turn_edit)(
+        turn = await socket_db(commands.turn_edit)(
             session=self.session,
             user=self.user,
             message=content["message"],
@@ -281,7 +279,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         ):
             await self._error("regenerate takes message (a seq), model and leaf.")
             return
-        turn = await database_sync_to_async(commands.turn_regenerate)(
+        turn = await socket_db(commands.turn_regenerate)(
             session=self.session,
             user=self.user,
             message=content["message"],
@@ -294,7 +292,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         if not _is_seq(content.get("message")) or not _optional_seq(content.get("leaf")):
             await self._error("switch takes message (a seq) and leaf.")
             return
-        await database_sync_to_async(commands.branch_switch)(
+        await socket_db(commands.branch_switch)(
             session=self.session, message=content["message"], leaf=content.get("leaf")
         )
 
@@ -305,7 +303,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         turn = await self._turn(content)
         if turn is None:
             return
-        started = await database_sync_to_async(commands.turn_continue)(
+        started = await socket_db(commands.turn_continue)(
             turn=turn, user=self.user, leaf=content.get("leaf")
         )
         self._track(str(started.pk))
@@ -323,7 +321,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         await self._fill(turn_id)
 
     async def _turn(self, content: dict[str, Any]) -> Any:
-        turn = await database_sync_to_async(selectors.turn_get_for_session)(
+        turn = await socket_db(selectors.turn_get_for_session)(
             session=self.session, turn_id=content.get("turn")
         )
         if turn is None:
@@ -486,7 +484,7 @@ class IdleTurnWatch:
             if not idle:
                 continue
             try:
-                active = await database_sync_to_async(_active_turn_ids_by_session)(
+                active = await socket_db(_active_turn_ids_by_session)(
                     {socket.session_id for socket in idle}
                 )
             except Exception:

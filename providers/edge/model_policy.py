@@ -24,7 +24,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 
 from providers.capabilities import split_model
 from providers.edge.models import MatrixModel, ProviderProfile, TeamModelPolicy
@@ -62,19 +62,56 @@ def custom_mode(*, user: Any) -> str:
     return max(modes, key=lambda mode: _RANK.get(mode, 0))
 
 
-def _curated_for(user: Any, model: str) -> bool:
-    """Whether `model` is an enabled curated model offered to everyone or to one of the
-    user's teams (`models_for_user`'s rule), in one query: it runs on every send."""
-    offered = Q(groups__isnull=True) | Q(groups__user=user)
-    return MatrixModel.objects.filter(offered, model_id=model, enabled=True).exists()
+@dataclass(frozen=True)
+class _Facts:
+    curated: bool
+    mode: str
+    own_profile: bool
 
 
-def _has_own_profile(user_id: int, provider: str) -> bool:
-    return ProviderProfile.objects.filter(owner_id=user_id, provider=provider).exists()
+def _facts(user_id: int, model: str, provider: str) -> _Facts:
+    """What the decision needs, in one query on the user's row: whether `model` is an
+    enabled curated model offered to everyone or to one of the user's teams
+    (`models_for_user`'s rule), the widest custom-model policy of their teams, and
+    whether they have their own settings for `provider`. It runs on every send and before
+    every turn's first model call: three queries and a user fetch were a third of a
+    send's CPU (bench/stream_path.py). DoesNotExist for an unknown user."""
+    user = OuterRef("pk")
+    policies = TeamModelPolicy.objects.filter(team__user=user)
+    row = (
+        get_user_model()
+        .objects.filter(pk=user_id)
+        .annotate(
+            curated=Exists(
+                MatrixModel.objects.filter(
+                    Q(groups__isnull=True) | Q(groups__user=user), model_id=model, enabled=True
+                )
+            ),
+            any_key=Exists(policies.filter(custom_models=Custom.ANY_KEY)),
+            own_key=Exists(policies.filter(custom_models=Custom.OWN_KEY)),
+            any_policy=Exists(policies),
+            own_profile=Exists(ProviderProfile.objects.filter(owner=user, provider=provider)),
+        )
+        .values_list("curated", "any_key", "own_key", "any_policy", "own_profile")
+        .first()
+    )
+    if row is None:
+        raise get_user_model().DoesNotExist(f"no user {user_id}")
+    curated, any_key, own_key, any_policy, own_profile = row
+    if not any_policy:
+        mode = settings.CUSTOM_MODELS_DEFAULT
+    else:
+        mode = Custom.ANY_KEY if any_key else Custom.OWN_KEY if own_key else Custom.OFF
+    return _Facts(bool(curated), mode, bool(own_profile))
 
 
 def model_decide(*, user: Any, model: str, check_own_key: bool = True) -> ModelDecision:
-    """The decision for `user` running `model`.
+    """The decision for `user` running `model`."""
+    return _decide(user.pk, model, check_own_key)
+
+
+def _decide(user_id: int, model: str, check_own_key: bool) -> ModelDecision:
+    """The decision for the user `user_id` running `model`.
 
     `check_own_key`: when only the user's own key may serve the model, refuse unless they
     have settings for its provider. The engine skips it when the turn's provider was
@@ -91,14 +128,14 @@ def model_decide(*, user: Any, model: str, check_own_key: bool = True) -> ModelD
             False,
             f"Model ids are at most {MAX_MODEL_ID_CHARS} characters.",
         )
-    if _curated_for(user, model):
+    provider = split_model(model, default_provider=settings.DEFAULT_PROVIDER)[0]
+    facts = _facts(user_id, model, provider)
+    if facts.curated:
         return ModelDecision(model, True, True, True)
-    mode = custom_mode(user=user)
-    if mode == Custom.ANY_KEY:
+    if facts.mode == Custom.ANY_KEY:
         return ModelDecision(model, True, True, False)
-    if mode == Custom.OWN_KEY:
-        provider = split_model(model, default_provider=settings.DEFAULT_PROVIDER)[0]
-        if check_own_key and not _has_own_profile(user.pk, provider):
+    if facts.mode == Custom.OWN_KEY:
+        if check_own_key and not facts.own_profile:
             return ModelDecision(
                 model,
                 False,
@@ -120,25 +157,24 @@ def model_decide(*, user: Any, model: str, check_own_key: bool = True) -> ModelD
 
 def model_require(*, user: Any, model: str, check_own_key: bool = True) -> ModelDecision:
     """`model_decide`, raising `ModelRefused` with the reason when it is refused."""
-    decision = model_decide(user=user, model=model, check_own_key=check_own_key)
-    if not decision.allowed:
-        raise ModelRefused(decision.reason)
-    return decision
+    return _allowed(_decide(user.pk, model, check_own_key))
 
 
 def model_require_for_user_id(
     *, user_id: int, model: str, check_own_key: bool = True
 ) -> ModelDecision:
     """`model_require` for a user known by id (the engine's database threads)."""
-    return model_require(user=_user(user_id), model=model, check_own_key=check_own_key)
+    return _allowed(_decide(user_id, model, check_own_key))
+
+
+def _allowed(decision: ModelDecision) -> ModelDecision:
+    if not decision.allowed:
+        raise ModelRefused(decision.reason)
+    return decision
 
 
 def model_decide_for_user_id(
     *, user_id: int, model: str, check_own_key: bool = True
 ) -> ModelDecision:
     """`model_decide` for a user known by id."""
-    return model_decide(user=_user(user_id), model=model, check_own_key=check_own_key)
-
-
-def _user(user_id: int) -> Any:
-    return get_user_model().objects.get(pk=user_id)
+    return _decide(user_id, model, check_own_key)

@@ -52,7 +52,7 @@ function onEvent(event) {
       break;
     case "turn.queued": // the worker is busy: the turn waits its place (issue 26)
       setRunning(event.turn);
-      showConnection(`Waiting for a worker… position ${Number(event.position) || 1} in the queue`);
+      showConnection(`Waiting for a worker… position ${Number(event.position) || 1} in the queue`, "waiting");
       break;
     case "turn.status":
       onStatus(event);

@@ -70,8 +70,11 @@ export function turnState(turn) {
   return state.turns.get(turn);
 }
 
-export function showConnection(text) {
+// `kind` "waiting" (a queued turn): shown as information, not as an error.
+export function showConnection(text, kind = "") {
   ui.connection.textContent = text;
+  if (kind && text) ui.connection.dataset.kind = kind;
+  else delete ui.connection.dataset.kind;
 }
 
 // A new attempt starts (send, retry, a running status): last attempt's errors go at once.

@@ -92,6 +92,14 @@ def test_a_turn_waiting_for_a_worker_shows_its_place_and_then_streams(
         expect(second.get_by_role("status").filter(has_text=WAITING)).to_have_count(1)
         expect(line).to_have_attribute("aria-live", "polite")
         expect(line).to_match_aria_snapshot(f'- status: "{WAITING}"')
+        # Shown as information, not in the error colour (waiting is not a failure).
+        expect(line).to_have_attribute("data-kind", "waiting")
+        danger = line.evaluate(
+            """e => { const probe = document.createElement("span");
+                probe.style.color = "var(--danger)"; e.parentElement.append(probe);
+                const color = getComputedStyle(probe).color; probe.remove(); return color; }"""
+        )
+        assert line.evaluate("e => getComputedStyle(e).color") != danger
         # It waits while the first turn streams, and nothing of its reply has come.
         assert FIRST[-1] not in first.inner_text("#transcript")
         assert not second.locator("[data-live] .streamed-text").count()
@@ -101,6 +109,7 @@ def test_a_turn_waiting_for_a_worker_shows_its_place_and_then_streams(
         # The first turn ends; the second is admitted: the line goes, its reply streams.
         wait_streamed(second, "two0 ")
         expect(line).to_have_text("")
+        expect(line).not_to_have_attribute("data-kind", "waiting")
         expect(second.get_by_text("Waiting for a worker")).to_have_count(0)
         shot(second, "second tab streaming")
         settled(first, FIRST[-1].strip())

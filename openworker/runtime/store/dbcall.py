@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
 from openworker.runtime.store.priority_pool import PriorityThreadPool
+from openworker.runtime.store.sync_thread import embedded_db
 
 # Distributed mode: database calls of every turn in a worker share a small thread pool
 # (settings.WORKER_DB_THREADS), so a worker holds at most that many PostgreSQL
@@ -87,4 +88,4 @@ def db(fn: Callable[..., Any], *, pool: str = "turn-db") -> Callable[..., Any]:
     if pool == "lease-db":
         # SQLite: the thread's one connection is a local file, nothing to re-check.
         return sync_to_async(fn, thread_sensitive=False, executor=_db_pool(pool))
-    return sync_to_async(fn, thread_sensitive=True)
+    return embedded_db(fn)
