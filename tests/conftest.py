@@ -11,9 +11,25 @@ import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
+from django.db.backends.signals import connection_created
 
 from tests.fakes.fixtures import anthropic_fake, openai_fake  # noqa: F401
 from tests.support import procs
+
+
+def _readers_do_not_wait_for_writers(sender, connection, **kwargs):  # type: ignore[no-untyped-def]
+    """The embedded phase's test database is SQLite in memory, in shared-cache mode, where
+    a read that meets another connection's open write (a turn's heartbeat on its own
+    thread) fails at once with "database table is locked": the busy timeout does not
+    cover shared-cache table locks. `make run`'s file database is in WAL mode, where a
+    reader never waits for a writer; uncommitted reads give the test database the same
+    property (readers may see a write in flight, which no test relies on)."""
+    if connection.vendor == "sqlite" and connection.is_in_memory_db():
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA read_uncommitted = 1")
+
+
+connection_created.connect(_readers_do_not_wait_for_writers)
 
 
 @pytest.fixture
