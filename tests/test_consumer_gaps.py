@@ -117,7 +117,7 @@ async def test_a_socket_whose_send_waits_for_the_database_does_not_poll_for_turn
     monkeypatch.setattr(consumers, "ACTIVE_POLL_SECONDS", 0.05)
     monkeypatch.setattr(consumers, "STALL_SECONDS", 0.1)
     polls: list[float] = []  # poll queries asked of the database thread
-    real_wrap = consumers.database_sync_to_async
+    real_wrap = consumers.socket_db
 
     def recording_wrap(fn):
         if fn is consumers._active_turn_ids_by_session:
@@ -132,7 +132,7 @@ async def test_a_socket_whose_send_waits_for_the_database_does_not_poll_for_turn
         asked_while_sending.append(len(polls) - before)
         raise consumers.commands.TurnRefused("refused after the wait")
 
-    monkeypatch.setattr(consumers, "database_sync_to_async", recording_wrap)
+    monkeypatch.setattr(consumers, "socket_db", recording_wrap)
     monkeypatch.setattr(consumers.commands, "turn_send", slow_send)
     session = await Session.objects.acreate(owner=owner, model="anthropic:claude-test-1")
     ws = await open_socket(owner, session)
