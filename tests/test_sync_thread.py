@@ -12,7 +12,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from openworker.runtime.store import dbcall
 from openworker.runtime.turns.socket_db import socket_db
@@ -25,7 +25,7 @@ def closes(monkeypatch):  # type: ignore[no-untyped-def]
     """The threads whose database connection was closed, one entry per close (the test
     database lives in memory, where Django's close keeps it: count the calls)."""
     seen: list[str] = []
-    wrapper = type(connection._connections[connection._alias])  # noqa: SLF001
+    wrapper = type(connections[DEFAULT_DB_ALIAS])
     original = wrapper.close
 
     def close(self):  # type: ignore[no-untyped-def]

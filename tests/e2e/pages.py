@@ -56,6 +56,16 @@ def sign_in_admin(page: Any, base_url: str, username: str, password: str) -> Non
     page.wait_for_selector("#user-tools")
 
 
+def save_anthropic_settings(page: Any, base_url: str, *, api_key: str, upstream: str) -> None:
+    """The signed-in user's own Anthropic key, pointed at `upstream` (a fake), through
+    the Settings page."""
+    page.goto(f"{base_url}/settings/")
+    page.get_by_role("link", name="Add your Anthropic settings").click()
+    page.fill("#id_api_key", api_key)
+    page.fill("#id_base_url", upstream)
+    page.click("button:has-text('Save')")
+
+
 def wait_connected(page: Any) -> None:
     """The chat page's socket is open (static/js/chat.js marks its state)."""
     page.wait_for_selector("[data-connection][data-state=open]", state="attached")

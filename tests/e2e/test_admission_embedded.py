@@ -18,6 +18,7 @@ from tests.e2e.pages import (
     API_KEY,
     LIVE_TIMEOUT_MS,
     assistant_with,
+    save_anthropic_settings,
     send,
     sign_in,
     wait_connected,
@@ -63,11 +64,7 @@ def test_a_turn_waiting_for_a_worker_shows_its_place_and_then_streams(
     ):
         first = new_page()
         sign_in(first, base, "admin", ADMIN_PASSWORD)
-        first.goto(f"{base}/settings/")
-        first.get_by_role("link", name="Add your Anthropic settings").click()
-        first.fill("#id_api_key", API_KEY)
-        first.fill("#id_base_url", fake.base_url)
-        first.click("button:has-text('Save')")
+        save_anthropic_settings(first, base, api_key=API_KEY, upstream=fake.base_url)
         start_session(first, base)
 
         # A second tab of the same signed-in browser, on a session of its own.

@@ -9,7 +9,15 @@ Not marked `distributed`: it needs no PostgreSQL or Redis.
 
 from __future__ import annotations
 
-from tests.e2e.pages import API_KEY, LIVE_TIMEOUT_MS, assistant_with, send, sign_in, wait_connected
+from tests.e2e.pages import (
+    API_KEY,
+    LIVE_TIMEOUT_MS,
+    assistant_with,
+    save_anthropic_settings,
+    send,
+    sign_in,
+    wait_connected,
+)
 from tests.e2e.test_embedded_smoke import ADMIN_PASSWORD, MODEL, copy_checkout, make_run
 from tests.fakes import AnthropicMessagesFake, Reply, pause, text
 
@@ -52,11 +60,7 @@ def test_edit_switch_regenerate_and_continue_in_embedded_mode(tmp_path, new_page
     ):
         page = new_page()
         sign_in(page, base, "admin", ADMIN_PASSWORD)
-        page.goto(f"{base}/settings/")
-        page.get_by_role("link", name="Add your Anthropic settings").click()
-        page.fill("#id_api_key", API_KEY)
-        page.fill("#id_base_url", fake.base_url)
-        page.click("button:has-text('Save')")
+        save_anthropic_settings(page, base, api_key=API_KEY, upstream=fake.base_url)
         page.goto(f"{base}/")
         page.select_option("#new-model", "__custom__")
         page.fill("#new-custom", MODEL)

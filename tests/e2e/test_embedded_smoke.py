@@ -30,6 +30,7 @@ from tests.e2e.pages import (
     LIVE_TIMEOUT_MS,
     RUN_AXE,
     assistant_with,
+    save_anthropic_settings,
     send,
     sign_in,
     wait_connected,
@@ -134,11 +135,7 @@ def test_make_run_from_a_clean_checkout_signs_in_and_streams_a_reply(tmp_path, n
         sign_in(page, base, "admin", ADMIN_PASSWORD)
         shot(page, "admin signed in")
 
-        page.goto(f"{base}/settings/")
-        page.get_by_role("link", name="Add your Anthropic settings").click()
-        page.fill("#id_api_key", API_KEY)
-        page.fill("#id_base_url", fake.base_url)
-        page.click("button:has-text('Save')")
+        save_anthropic_settings(page, base, api_key=API_KEY, upstream=fake.base_url)
         assert "Your key (…WXYZ)" in page.inner_text("main")
         assert API_KEY not in page.content()
         shot(page, "key saved")
