@@ -113,5 +113,13 @@ def test_a_turn_waiting_for_a_worker_shows_its_place_and_then_streams(
         settled(second, SECOND[-1].strip())
         assert "".join(SECOND).strip() in second.inner_text("#transcript")
         expect(line).to_have_text("")
+        # The header's custom-model box opens only while its picker has focus, so it does
+        # not lie over the transcript; the picker itself says which model.
+        custom_box = second.locator(".model-bar [data-picker-custom]")
+        expect(custom_box).to_be_hidden()
+        picker = second.locator(".model-bar [data-picker-select]")
+        expect(picker.locator("option:checked")).to_have_text(f"Custom: {MODEL}")
         shot(second, "second reply complete")
+        picker.focus()
+        expect(custom_box).to_be_visible()
         assert len(fake.requests) == 2

@@ -39,9 +39,7 @@ def idle(page) -> None:
 
 
 def press(locator) -> None:
-    """Activate a control from the keyboard. (On a session with a custom model the header's
-    custom-model box overlaps the first message's tools for the mouse; the keyboard path
-    is the one this test asserts works.)"""
+    """Activate a control from the keyboard: the path this test asserts works."""
     locator.focus()
     locator.page.keyboard.press("Enter")
 
