@@ -29,8 +29,17 @@ export function initPickers(scope = document, onChange = null) {
     sync(root);
     select.addEventListener("change", () => {
       sync(root);
-      if (select.value === CUSTOM) root.querySelector("[data-picker-custom] input").focus();
+      if (select.value === CUSTOM) {
+        root.dataset.open = "";
+        root.querySelector("[data-picker-custom] input").focus();
+      }
       if (onChange) onChange(root);
+    });
+    // `data-open` while the user is in the picker (the header shows its custom-model box
+    // only then: left open it lay over the transcript).
+    root.addEventListener("focusin", () => { root.dataset.open = ""; });
+    root.addEventListener("focusout", (event) => {
+      if (!root.contains(event.relatedTarget)) delete root.dataset.open;
     });
   }
 }
