@@ -10,7 +10,7 @@ import time
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.db import database_sync_to_async
+from channels.db import DatabaseSyncToAsync, database_sync_to_async
 from django.contrib.auth import get_user_model
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 
@@ -69,12 +69,11 @@ def test_socket_and_turn_calls_keep_the_sync_threads_connection_open(settings, c
     assert closes == []
 
 
-def test_distributed_socket_calls_give_the_connection_back_after_each_call(settings, closes):
+def test_distributed_socket_calls_are_channels_calls_that_give_the_connection_back(settings):
+    """Distributed, a socket's call is Channels' `database_sync_to_async`, which closes
+    the thread's connection before and after the call (back to the pool): nothing of the
+    embedded kept connection."""
     settings.DISTRIBUTED = True
-
-    async def scenario() -> str:
-        await socket_db(_query)()
-        return await socket_db(_query)()
-
-    thread = asyncio.run(scenario())
-    assert closes.count(thread) >= 2  # after each call (to the pool, in production)
+    assert isinstance(socket_db(_query), DatabaseSyncToAsync)
+    settings.DISTRIBUTED = False
+    assert not isinstance(socket_db(_query), DatabaseSyncToAsync)

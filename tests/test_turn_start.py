@@ -36,7 +36,7 @@ def _queued_turn(owner: Any, fake: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     return str(commands.turn_send(session=session, user=owner, text="hello").pk)
 
 
-def test_a_one_step_turn_is_fourteen_statements_in_four_engine_hops(
+def test_a_one_step_turn_is_eleven_statements_in_four_engine_hops(
     owner: Any, anthropic_fake: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     turn_id = _queued_turn(owner, anthropic_fake, monkeypatch)
@@ -60,10 +60,9 @@ def test_a_one_step_turn_is_fourteen_statements_in_four_engine_hops(
     assert statements == [
         "UPDATE",  # claim the lease
         "SELECT",  # the turn and its session
-        "SELECT",  # the model policy: the user
-        "SELECT",  # ... a curated model offered to their teams (not this one)
-        "SELECT",  # ... their teams' custom-model policy
-        "SELECT",  # ... their own key for the provider
+        "SELECT",  # the model policy, one query on the user's row: a curated model
+        #            offered to their teams (not this one), their teams' custom-model
+        #            policy, their own key for the provider
         "SELECT",  # the router: the user's provider profiles
         "SELECT",  # the history (the path root → the turn's tip: one recursive query)
         "SELECT",  # the compaction settings
