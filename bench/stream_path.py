@@ -117,6 +117,8 @@ class ClientResult:
     streamed: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     latencies_ms: list[float] = field(default_factory=list)
+    # Each token's emit time (µs, the upstream's stamp), in step with `latencies_ms`.
+    emitted_us: list[int] = field(default_factory=list)
     indices: list[int] = field(default_factory=list)
     sent_at: float = 0.0
     first_token_at: float = 0.0
@@ -278,6 +280,7 @@ async def websocket_client(
                 for index, emitted in parse_tokens(event["text"]):
                     result.indices.append(index)
                     result.latencies_ms.append((received - emitted) / 1000)
+                    result.emitted_us.append(emitted)
             elif kind == "turn.queued":
                 result.places.append(int(event.get("position", 0)))
             elif kind == "error":
@@ -580,6 +583,11 @@ def main() -> int:
         help="Daphne processes (distributed mode); the clients are spread over them",
     )
     parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="also print, per second of the run, the tokens emitted and their added latency",
+    )
+    parser.add_argument(
         "--workers",
         type=int,
         default=1,
@@ -621,7 +629,35 @@ def main() -> int:
                 load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
                 print(f"K={k} done ({time.monotonic() - started:.0f} s, load {load})", flush=True)
     print()
+    if args.timeline:
+        for result in results:
+            print_timeline(result)
     return 0 if report(results, args.mode) else 1
+
+
+def print_timeline(result: RunResult) -> None:
+    """Added latency by the second its tokens were emitted, from the first emit: says
+    whether the tail is the burst of turn starts, the streaming itself or the ends."""
+    pairs = [
+        (us, ms)
+        for c in result.clients
+        for us, ms in zip(c.emitted_us, c.latencies_ms, strict=True)
+    ]
+    if not pairs:
+        return
+    start = min(us for us, _ in pairs)
+    seconds: dict[int, list[float]] = {}
+    for us, ms in pairs:
+        seconds.setdefault((us - start) // 1_000_000, []).append(ms)
+    print(f"K={result.k}, by the second of emit (0 = the first token's):\n")
+    print("| second | tokens | p50 ms | p99 ms | max ms |\n| --- | --- | --- | --- | --- |")
+    for second in sorted(seconds):
+        values = seconds[second]
+        print(
+            f"| {second} | {len(values)} | {percentile(values, 50):.1f} "
+            f"| {percentile(values, 99):.1f} | {max(values):.1f} |"
+        )
+    print()
 
 
 if __name__ == "__main__":

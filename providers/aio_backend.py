@@ -1,11 +1,18 @@
-"""An httpcore network backend on plain asyncio streams, for the event-loop transport.
+"""An httpcore network backend on plain asyncio transports, for the event-loop transport.
 
 httpcore's default async backend goes through anyio, whose socket stream pauses the
 asyncio transport after every chunk and resumes it on the next read: two `epoll_ctl`
 calls per read. A provider stream is one small read per token, and a worker reads
 hundreds of them at once from one loop; those syscalls were the largest single cost of
-the worker in bench/stream_path.py. An `asyncio.StreamReader` keeps reading into its
-buffer (flow control only past its limit), so a read is a buffer slice.
+the worker in bench/stream_path.py. Here the transport keeps reading into the
+connection's own buffer (flow control only past its limit), so a read is a hand-over of
+what arrived.
+
+The receive side is a protocol of its own, not `asyncio.StreamReader`: a read that has
+to wait awaits one future, and its timeout is a deadline the connection's single timer
+checks, not a timer scheduled and cancelled per read. `StreamReader.read` under
+`asyncio.timeout` cost a heap push, a cancel and two context managers per token (about
+a tenth of reading one, py-spy of bench/stream_path.py --mode embedded).
 
 Errors and timeouts are httpcore's own exceptions, which httpx maps as usual.
 """
@@ -13,6 +20,7 @@ Errors and timeouts are httpcore's own exceptions, which httpx maps as usual.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import select
 import ssl
@@ -25,48 +33,170 @@ import httpcore
 STREAM_LIMIT = 256 * 1024
 
 
+class _Connection(asyncio.Protocol):
+    """One TCP (or TLS) connection's receive buffer and write flow control.
+
+    What arrives is kept in order until read; bytes that came before a reset are handed
+    over before the error (the blocking backend does the same: the partial reply keeps
+    them). A read waits on one future at a time; `arm` keeps one timer per connection
+    for the reads' deadlines."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._size = 0
+        self.eof = False
+        self.error: BaseException | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        self._deadline = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._reading_paused = False
+        self._drain: asyncio.Future[None] | None = None
+        self._writing_paused = False
+        self.closed: asyncio.Future[None] = loop.create_future()
+
+    # -- asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._size += len(data)
+        self._wake()
+        if self._size > STREAM_LIMIT and not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self._wake()
+        return False  # nothing more is written on an HTTP connection the peer ended
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is None:
+            self.eof = True
+        else:
+            self.error = exc
+        self._wake()
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+
+    # -- reading
+
+    def take(self, max_bytes: int) -> bytes:
+        chunk = self._chunks.popleft()
+        if len(chunk) > max_bytes:
+            self._chunks.appendleft(chunk[max_bytes:])
+            chunk = chunk[:max_bytes]
+        self._size -= len(chunk)
+        if self._reading_paused and self._size <= STREAM_LIMIT // 2 and self.transport is not None:
+            self._reading_paused = False
+            self.transport.resume_reading()
+        return chunk
+
+    @property
+    def buffered(self) -> bool:
+        return bool(self._chunks)
+
+    def arm(self, timeout: float) -> None:
+        """The waiting read times out `timeout` seconds from now."""
+        self._deadline = self.loop.time() + timeout
+        if self._timer is None:
+            self._timer = self.loop.call_at(self._deadline, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return  # no read waits: the next one arms again
+        if self.loop.time() < self._deadline:
+            self._timer = self.loop.call_at(self._deadline, self._expire)
+            return
+        self.waiter = None
+        waiter.set_exception(httpcore.ReadTimeout("timed out reading"))
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # -- writing
+
+    async def drain(self) -> None:
+        """Wait while the transport's write buffer is full; raise if the connection is
+        gone (as `StreamWriter.drain`)."""
+        if self._writing_paused and not self.closed.done():
+            self._drain = self.loop.create_future()
+            await self._drain
+        if self.error is not None:
+            raise ConnectionResetError(str(self.error)) from self.error
+        if self.closed.done():
+            raise ConnectionResetError("Connection lost")
+
+
 class AsyncioStream(httpcore.AsyncNetworkStream):
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader = reader
-        self._writer = writer
+    def __init__(self, connection: _Connection) -> None:
+        self._connection = connection
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        try:
-            if getattr(self._reader, "_buffer", None):
-                # Bytes already buffered: the read returns without waiting, so no
-                # timeout needs arming (a timer scheduled and cancelled per read was a
-                # visible share of a token-sized read's cost).
-                return await self._reader.read(max_bytes)
-            async with asyncio.timeout(timeout):
-                return await self._reader.read(max_bytes)
-        except TimeoutError:
-            raise httpcore.ReadTimeout("timed out reading") from None
-        except OSError as exc:
-            # StreamReader raises a reset before handing over what had already arrived;
-            # the blocking backend returns those bytes first (the partial reply keeps
-            # them), and so does this one: the error comes on the next read.
-            pending = _take_buffered(self._reader, max_bytes)
-            if pending:
-                return pending
-            raise httpcore.ReadError(str(exc) or type(exc).__name__) from exc
+        connection = self._connection
+        while True:
+            if connection.buffered:
+                return connection.take(max_bytes)
+            if connection.error is not None:
+                error = connection.error
+                raise httpcore.ReadError(str(error) or type(error).__name__) from error
+            if connection.eof:
+                return b""
+            waiter = connection.waiter = connection.loop.create_future()
+            if timeout is not None:
+                connection.arm(timeout)
+            try:
+                await waiter
+            finally:
+                if connection.waiter is waiter:
+                    connection.waiter = None
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:
             return
+        connection = self._connection
+        transport = connection.transport
+        assert transport is not None
         try:
             async with asyncio.timeout(timeout):
-                self._writer.write(buffer)
-                await self._writer.drain()
+                transport.write(buffer)
+                await connection.drain()
         except TimeoutError:
             raise httpcore.WriteTimeout("timed out writing") from None
         except OSError as exc:
             raise httpcore.WriteError(str(exc) or type(exc).__name__) from exc
 
     async def aclose(self) -> None:
-        self._writer.close()
+        connection = self._connection
+        if connection.transport is not None:
+            connection.transport.close()
         with contextlib.suppress(OSError, ssl.SSLError, TimeoutError):
             async with asyncio.timeout(1.0):  # a TLS close_notify the peer never answers
-                await self._writer.wait_closed()
+                await asyncio.shield(connection.closed)
 
     async def start_tls(
         self,
@@ -74,19 +204,27 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         server_hostname: str | None = None,
         timeout: float | None = None,
     ) -> httpcore.AsyncNetworkStream:
+        connection = self._connection
+        assert connection.transport is not None
         try:
             async with asyncio.timeout(timeout):
-                await self._writer.start_tls(ssl_context, server_hostname=server_hostname)
+                tls = await connection.loop.start_tls(
+                    connection.transport, connection, ssl_context,
+                    server_hostname=server_hostname,
+                )  # fmt: skip
         except TimeoutError:
             await self.aclose()
             raise httpcore.ConnectTimeout("timed out in the TLS handshake") from None
         except (OSError, ssl.SSLError) as exc:
             await self.aclose()
             raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
+        assert isinstance(tls, asyncio.Transport)
+        connection.transport = tls
         return self
 
     def get_extra_info(self, info: str) -> Any:
-        transport = self._writer.transport
+        transport = self._connection.transport
+        assert transport is not None
         if info == "ssl_object":
             return transport.get_extra_info("ssl_object")
         if info == "client_addr":
@@ -98,7 +236,13 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         if info == "is_readable":
             # An idle pooled connection that is readable was closed (or sent junk) by
             # the server: httpcore then opens a new one instead of reusing it.
-            return self._reader.at_eof() or _fd_readable(transport.get_extra_info("socket"))
+            connection = self._connection
+            return (
+                connection.eof
+                or connection.error is not None
+                or connection.buffered
+                or _fd_readable(transport.get_extra_info("socket"))
+            )
         return None
 
 
@@ -113,20 +257,21 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
     ) -> httpcore.AsyncNetworkStream:
         try:
             async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_connection(
+                loop = asyncio.get_running_loop()
+                transport, connection = await loop.create_connection(
+                    lambda: _Connection(loop),
                     host,
                     port,
-                    limit=STREAM_LIMIT,
                     local_addr=(local_address, 0) if local_address else None,
                 )
         except TimeoutError:
             raise httpcore.ConnectTimeout(f"timed out connecting to {host}") from None
         except OSError as exc:
             raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
-        sock = writer.get_extra_info("socket")
+        sock = transport.get_extra_info("socket")
         for option in socket_options or ():
             sock.setsockopt(*option)
-        return AsyncioStream(reader, writer)
+        return AsyncioStream(connection)
 
     async def connect_unix_socket(
         self, path: str, timeout: float | None = None, socket_options: Any = None
@@ -135,15 +280,6 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
-
-
-def _take_buffered(reader: asyncio.StreamReader, max_bytes: int) -> bytes:
-    buffer = getattr(reader, "_buffer", None)  # CPython's StreamReader keeps a bytearray
-    if not buffer:
-        return b""
-    data = bytes(buffer[:max_bytes])
-    del buffer[:max_bytes]
-    return data
 
 
 def _fd_readable(sock: Any) -> bool:

@@ -262,6 +262,9 @@ async def test_the_window_widens_with_the_loops_lateness_and_the_redis_backlog(
     assert load.window(0.04) == MAX_COALESCE_SECONDS  # never wider than this
     load.lag = 0.0
     monkeypatch.setattr(redis_batch, "backlog", lambda: 4 * BACKLOG_ROOM)
+    assert load.window(0.04) == 0.04  # the backlog is sampled with the lateness, not per delta
+    await asyncio.sleep(LOAD_PROBE_SECONDS * 3)
+    load.lag = 0.0
     assert load.window(0.04) == pytest.approx(0.16)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import httpcore
 import pytest
 
-from providers import ProviderRouter
+from providers import ProviderRouter, aio_backend
 from providers.aio_backend import AsyncioBackend
 from providers.base import ProviderClient
 from providers.cancel import CancelToken
@@ -604,6 +604,47 @@ async def test_the_asyncio_backend_reports_a_silent_peer_as_an_httpcore_read_tim
                 await stream.read(1024, timeout=0.05)
         finally:
             await stream.aclose()
+
+
+async def test_each_read_of_the_asyncio_backend_gets_its_whole_timeout():
+    """One timer per connection checks the reads' deadlines: a peer whose bytes come
+    closer together than the timeout never times a read out, however long the stream,
+    and the read after the peer falls silent does."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        stream = await AsyncioBackend().connect_tcp("127.0.0.1", listener.getsockname()[1])
+        try:
+            peer, _ = await asyncio.to_thread(listener.accept)
+            with peer:
+                for _ in range(6):  # 6 gaps of 0.1 s: three times the timeout in all
+                    await asyncio.sleep(0.1)
+                    peer.sendall(b"x")
+                    assert await stream.read(1024, timeout=0.2) == b"x"
+                with pytest.raises(httpcore.ReadTimeout):
+                    await stream.read(1024, timeout=0.2)
+        finally:
+            await stream.aclose()
+
+
+async def test_the_asyncio_backend_stops_reading_past_its_buffer_limit_and_loses_nothing():
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        stream = await AsyncioBackend().connect_tcp("127.0.0.1", listener.getsockname()[1])
+        try:
+            peer, _ = await asyncio.to_thread(listener.accept)
+            with peer:
+                sent = bytes(range(256)) * (4 * aio_backend.STREAM_LIMIT // 256)
+                sending = asyncio.create_task(asyncio.to_thread(peer.sendall, sent))
+                transport = stream._connection.transport  # what asyncio reads with
+                while transport.is_reading():  # the peer fills the backend's buffer
+                    await asyncio.sleep(0.01)
+                received = b""
+                while len(received) < len(sent):
+                    received += await stream.read(65536, timeout=5)
+                await sending
+                assert transport.is_reading()  # read down: taking bytes again
+        finally:
+            await stream.aclose()
+
+    assert received == sent
 
 
 async def test_the_asyncio_backend_reports_a_refused_connection_as_an_httpcore_connect_error():

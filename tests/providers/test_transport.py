@@ -665,3 +665,36 @@ def test_a_finished_requests_token_cannot_cut_the_next_request(h1_upstream):
     first.cancel()  # late: the pooled connection now belongs to nobody
     assert transport.post_json(upstream.url, headers=HEADERS, body={}, model="m")["id"]
     assert upstream.peers[0] == upstream.peers[1]  # same kept-alive connection, not cut
+
+
+def test_the_data_chunks_of_a_chunked_body_are_decoded_without_h11(h1_upstream, monkeypatch):
+    """h11 frames the head and the end of the message; the chunks between go through
+    `ChunkedDecoder` (h11's per-chunk events were a tenth of a token's read), and the
+    connection still goes back to the pool."""
+    from providers import chunked
+
+    fed: list[bytes] = []
+    real_feed = chunked.ChunkedDecoder.feed
+
+    def spy(self, data):
+        fed.append(data)
+        return real_feed(self, data)
+
+    monkeypatch.setattr(chunked.ChunkedDecoder, "feed", spy)
+
+    def step(handler, upstream):
+        start_stream(handler)
+        chunk(handler, EVENT_1)
+        upstream.release.wait(5)  # the second chunk comes in a read of its own
+        chunk(handler, EVENT_2)
+        end_stream(handler)
+
+    upstream = h1_upstream(step, stream(EVENT_1))
+    transport, _ = make_transport()
+    events = stream_sse(transport, upstream.url, headers=HEADERS, body={}, model="m")
+    assert next(events).event == "message_start"
+    upstream.release.set()
+    assert [e.event for e in events] == ["message_stop"]
+    assert any(EVENT_2 in data for data in fed)
+    list(stream_sse(transport, upstream.url, headers=HEADERS, body={}, model="m"))
+    assert len(set(upstream.peers)) == 1
