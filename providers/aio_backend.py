@@ -59,8 +59,8 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # Any loop's transport (uvloop's are not `asyncio.Transport` subclasses).
+        self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
         self._chunks.append(data)
@@ -218,8 +218,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         except (OSError, ssl.SSLError) as exc:
             await self.aclose()
             raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
-        assert isinstance(tls, asyncio.Transport)
-        connection.transport = tls
+        connection.transport = tls  # type: ignore[assignment]
         return self
 
     def get_extra_info(self, info: str) -> Any:
