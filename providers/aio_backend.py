@@ -117,6 +117,9 @@ class _Connection(asyncio.Protocol):
     def arm(self, timeout: float) -> None:
         """The waiting read times out `timeout` seconds from now."""
         self._deadline = self.loop.time() + timeout
+        if self._timer is not None and self._timer.when() > self._deadline:
+            self._timer.cancel()  # a shorter timeout than the last request's
+            self._timer = None
         if self._timer is None:
             self._timer = self.loop.call_at(self._deadline, self._expire)
 

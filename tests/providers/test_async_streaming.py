@@ -621,6 +621,11 @@ async def test_each_read_of_the_asyncio_backend_gets_its_whole_timeout():
                     assert await stream.read(1024, timeout=0.2) == b"x"
                 with pytest.raises(httpcore.ReadTimeout):
                     await stream.read(1024, timeout=0.2)
+                # A shorter timeout than the connection's last one is not held to it.
+                peer.sendall(b"y")
+                assert await stream.read(1024, timeout=30) == b"y"
+                with pytest.raises(httpcore.ReadTimeout):
+                    await asyncio.wait_for(stream.read(1024, timeout=0.05), 5)
         finally:
             await stream.aclose()
 
