@@ -29,6 +29,12 @@ export function initModelBar() {
     if (!body.caps.curated) parts.push("Capabilities unknown: not a curated model.");
     if (body.note) parts.push(body.note);
     modelNote.textContent = parts.join(" ");
+    // The custom option names the model in use, as the page does when it is loaded.
+    const select = modelForm.querySelector("[data-picker-select]");
+    const customOption = select?.querySelector('option[value="__custom__"]');
+    if (customOption) {
+      customOption.textContent = select.value === "__custom__" ? `Custom: ${body.model}` : "Custom model…";
+    }
     updateContextMeter();
     renderAttachments();
     $("[data-no-key]")?.remove();

@@ -162,6 +162,8 @@ def test_an_image_for_a_model_that_cannot_see_shows_a_warning(alice_chat, alice,
     page.wait_for_function(
         "() => document.querySelector('[data-model-note]').textContent.includes('ollama:llama-e2e')"
     )
+    custom_option = page.locator('#chat-model option[value="__custom__"]')
+    assert custom_option.inner_text() == "Custom: ollama:llama-e2e"  # as after a reload
     shot(page, "custom model chosen")
     page.set_input_files(
         "[data-file-input]",
@@ -177,6 +179,7 @@ def test_an_image_for_a_model_that_cannot_see_shows_a_warning(alice_chat, alice,
     page.select_option("#chat-model", MODEL)
     page.click("button:has-text('Switch model')")
     warning.wait_for(state="hidden")
+    assert custom_option.inner_text() == "Custom model…"
     shot(page, "warning gone for a vision model")
 
 
