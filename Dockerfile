@@ -22,4 +22,5 @@ RUN SECRET_KEY=build-only OPENWORKER_ENCRYPTION_KEYS=YnVpbGQtb25seS1rZXktbm90LXV
     DEBUG=0 python manage.py collectstatic --noinput
 
 EXPOSE 8000
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "openworker.asgi:application"]
+# Daphne, its access log without query strings (openworker/web_server.py).
+CMD ["python", "-m", "openworker.web_server", "-b", "0.0.0.0", "-p", "8000", "openworker.asgi:application"]

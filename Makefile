@@ -36,12 +36,12 @@ migrate: install
 # DEBUG is off: friendly error pages, no tracebacks (README, "On a LAN").
 run: migrate
 	$(PY) manage.py ensure_admin --url http://$(HOST):$(PORT)
-	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) openworker.asgi:application
+	$(PY) -m openworker.web_server -b $(HOST) -p $(PORT) openworker.asgi:application
 
 # `make run` with Django's debug pages (tracebacks, source): on your own machine only.
 dev: migrate
 	$(PY) manage.py ensure_admin --url http://$(HOST):$(PORT)
-	DEBUG=1 $(VENV)/bin/daphne -b $(HOST) -p $(PORT) openworker.asgi:application
+	DEBUG=1 $(PY) -m openworker.web_server -b $(HOST) -p $(PORT) openworker.asgi:application
 
 lint: install-dev
 	$(VENV)/bin/ruff check .

@@ -41,7 +41,7 @@ def start_daphne(env: dict[str, str], port: int) -> procs.Proc:
     proc = procs.Proc(
         "daphne",
         [
-            str(procs.BIN / "daphne"),
+            *procs.WEB_SERVER,
             "-b",
             "127.0.0.1",
             "-p",

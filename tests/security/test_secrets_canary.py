@@ -351,7 +351,7 @@ def _daphne_with_log(env: dict[str, str]) -> Iterator[tuple[str, Any]]:
     proc = procs.Proc(
         "daphne",
         [
-            str(procs.BIN / "daphne"),
+            *procs.WEB_SERVER,
             "-b",
             "127.0.0.1",
             "-p",

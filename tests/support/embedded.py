@@ -72,7 +72,7 @@ def daphne(env: dict[str, str]) -> Iterator[tuple[str, procs.Proc]]:
     port = procs.free_port()
     proc = procs.Proc(
         "daphne-embedded",
-        [str(procs.BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port),
+        [*procs.WEB_SERVER, "-b", "127.0.0.1", "-p", str(port),
          "openworker.asgi:application"],
         env,
     )  # fmt: skip

@@ -22,6 +22,8 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+# The web process as `make run` starts it: Daphne with query strings kept out of its log.
+WEB_SERVER = [sys.executable, "-m", "openworker.web_server"]
 START_TIMEOUT_SECONDS = 40.0
 
 
@@ -91,7 +93,7 @@ def daphne(env: dict[str, str]) -> Iterator[str]:
     port = free_port()
     proc = Proc(
         "daphne",
-        [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "openworker.asgi:application"],
+        [*WEB_SERVER, "-b", "127.0.0.1", "-p", str(port), "openworker.asgi:application"],
         process_env(env),
     )
     base = f"http://127.0.0.1:{port}"
