@@ -24,8 +24,9 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
+from openworker.prepared_query import PreparedQuery
 from providers.capabilities import split_model
 from providers.edge.models import MatrixModel, ProviderProfile, TeamModelPolicy
 
@@ -69,16 +70,10 @@ class _Facts:
     own_profile: bool
 
 
-def _facts(user_id: int, model: str, provider: str) -> _Facts:
-    """What the decision needs, in one query on the user's row: whether `model` is an
-    enabled curated model offered to everyone or to one of the user's teams
-    (`models_for_user`'s rule), the widest custom-model policy of their teams, and
-    whether they have their own settings for `provider`. It runs on every send and before
-    every turn's first model call: three queries and a user fetch were a third of a
-    send's CPU (bench/stream_path.py). DoesNotExist for an unknown user."""
+def _facts_query(user_id: int, model: str, provider: str) -> QuerySet:
     user = OuterRef("pk")
     policies = TeamModelPolicy.objects.filter(team__user=user)
-    row = (
+    return (
         get_user_model()
         .objects.filter(pk=user_id)
         .annotate(
@@ -92,9 +87,22 @@ def _facts(user_id: int, model: str, provider: str) -> _Facts:
             any_policy=Exists(policies),
             own_profile=Exists(ProviderProfile.objects.filter(owner=user, provider=provider)),
         )
-        .values_list("curated", "any_key", "own_key", "any_policy", "own_profile")
-        .first()
+        .values_list("curated", "any_key", "own_key", "any_policy", "own_profile")[:1]
     )
+
+
+# Compiled once: building this query's SQL cost seven times running it (openworker.prepared_query).
+_FACTS = PreparedQuery(_facts_query, user_id=int, model=str, provider=str)
+
+
+def _facts(user_id: int, model: str, provider: str) -> _Facts:
+    """What the decision needs, in one query on the user's row: whether `model` is an
+    enabled curated model offered to everyone or to one of the user's teams
+    (`models_for_user`'s rule), the widest custom-model policy of their teams, and
+    whether they have their own settings for `provider`. It runs on every send and before
+    every turn's first model call: three queries and a user fetch were a third of a
+    send's CPU (bench/stream_path.py). DoesNotExist for an unknown user."""
+    row = _FACTS.first(user_id=user_id, model=model, provider=provider)
     if row is None:
         raise get_user_model().DoesNotExist(f"no user {user_id}")
     curated, any_key, own_key, any_policy, own_profile = row

@@ -19,6 +19,7 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from openworker.prepared_query import PreparedQuery
 from openworker.runtime.live import events
 from openworker.runtime.store import local_cancel, turn_state
 from openworker.runtime.turns import runner, watchdog
@@ -93,11 +94,7 @@ def _admit(session: Session, *, busy_ok: bool) -> None:
     # One query answers both checks: the sessions of the user's active turns, and whether
     # each one's worker is alive.
     cutoff = timezone.now() - timedelta(seconds=turn_state.LEASE_SECONDS)
-    active = list(
-        Turn.objects.filter(session__owner_id=session.owner_id, status__in=Turn.ACTIVE).values_list(
-            "session_id", "status", "heartbeat_at"
-        )
-    )
+    active = _ACTIVE_TURNS.rows(owner_id=session.owner_id)
     if not busy_ok and session.pk in {session_id for session_id, _, _ in active}:
         raise TurnRefused("This session is still working on the previous message.")
     # A running turn whose worker stopped beating is not running anything: the sweeper
@@ -117,11 +114,26 @@ def _admit(session: Session, *, busy_ok: bool) -> None:
 def _user_limits(user_id: int) -> tuple[int, Decimal | None]:
     """(concurrent turns allowed, monthly budget or None): the user's limits row, else the
     site default for concurrency and no budget."""
-    row = UserLimits.objects.filter(user_id=user_id).first()
+    row = _LIMITS.first(user_id=user_id)
     concurrent = settings.MAX_CONCURRENT_TURNS_PER_USER
-    if row is not None and row.max_concurrent_turns:
-        concurrent = row.max_concurrent_turns
-    return concurrent, (row.monthly_budget if row is not None else None)
+    if row is not None and row[0]:
+        concurrent = row[0]
+    return concurrent, (row[1] if row is not None else None)
+
+
+# Every send asks both, so they are compiled once (openworker.prepared_query).
+_ACTIVE_TURNS = PreparedQuery(
+    lambda owner_id: Turn.objects.filter(
+        session__owner_id=owner_id, status__in=Turn.ACTIVE
+    ).values_list("session_id", "status", "heartbeat_at"),
+    owner_id=int,
+)
+_LIMITS = PreparedQuery(
+    lambda user_id: UserLimits.objects.filter(user_id=user_id).values_list(
+        "max_concurrent_turns", "monthly_budget"
+    )[:1],
+    user_id=int,
+)
 
 
 def user_month_spend(*, user_id: int) -> Decimal:

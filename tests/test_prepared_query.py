@@ -1,0 +1,110 @@
+"""PreparedQuery: an ORM query compiled once, run with each call's values, its rows as the
+ORM would return them (on SQLite here and on PostgreSQL in the distributed phase)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from openworker.prepared_query import PreparedQuery
+from sessions.models import Session, Turn
+
+
+def _turns_of(owner_id: int, model: str):  # type: ignore[no-untyped-def]
+    return (
+        Turn.objects.filter(session__owner_id=owner_id, model=model, status__in=Turn.ACTIVE)
+        .order_by("created_at")
+        .values_list("pk", "session_id", "status", "created_at", "cancel_requested")
+    )
+
+
+def _make_turns(owner, teammate) -> None:  # type: ignore[no-untyped-def]
+    for user in (owner, teammate):
+        for model in ("anthropic:a", "anthropic:b"):
+            session = Session.objects.create(owner=user, model=model)
+            Turn.objects.create(session=session, model=model)
+            Turn.objects.create(session=session, model=model, status=Turn.Status.COMPLETED)
+            Turn.objects.create(session=session, model=model, cancel_requested=True)
+
+
+def _rows_match_the_querysets(owner, teammate) -> None:  # type: ignore[no-untyped-def]
+    _make_turns(owner, teammate)
+    prepared = PreparedQuery(_turns_of, owner_id=int, model=str)
+    for user in (owner, teammate):
+        for model in ("anthropic:a", "anthropic:b", "anthropic:none"):
+            expected = list(_turns_of(user.pk, model))
+            got = prepared.rows(owner_id=user.pk, model=model)
+            assert got == [tuple(row) for row in expected]
+    rows = prepared.rows(owner_id=owner.pk, model="anthropic:a")
+    assert len(rows) == 2
+    # Converted as the ORM converts them: SQLite stores these as text and integers.
+    turn_id, session_id, _, created_at, cancel_requested = rows[0]
+    assert isinstance(turn_id, uuid.UUID) and isinstance(session_id, uuid.UUID)
+    assert isinstance(created_at, datetime) and created_at.tzinfo is not None
+    assert cancel_requested is False and rows[1][4] is True
+
+
+def test_a_prepared_query_returns_the_rows_of_the_queryset_it_was_built_from(owner, teammate):  # type: ignore[no-untyped-def]
+    _rows_match_the_querysets(owner, teammate)
+
+
+@pytest.mark.distributed
+@pytest.mark.django_db(transaction=True)
+def test_a_prepared_query_returns_the_querysets_rows_on_postgresql(owner, teammate):  # type: ignore[no-untyped-def]
+    assert connection.vendor == "postgresql"
+    _rows_match_the_querysets(owner, teammate)
+
+
+def test_it_is_compiled_once_and_runs_one_statement_per_call(owner):  # type: ignore[no-untyped-def]
+    built = []
+
+    def build(session_id):  # type: ignore[no-untyped-def]
+        built.append(session_id)
+        return Session.objects.filter(pk=session_id).values_list("owner_id", "model")[:1]
+
+    prepared = PreparedQuery(build, session_id=uuid.UUID)
+    sessions = [Session.objects.create(owner=owner, model=f"anthropic:{n}") for n in range(3)]
+    with CaptureQueriesContext(connection) as queries:
+        for session in sessions:
+            assert prepared.first(session_id=session.pk) == (owner.pk, session.model)
+        # A UUID given as a string is the same argument.
+        assert prepared.first(session_id=str(sessions[0].pk)) == (owner.pk, "anthropic:0")
+        assert prepared.first(session_id=uuid.uuid4()) is None
+    assert len(built) == 1
+    assert len(queries) == 5
+
+
+def test_an_argument_the_sql_does_not_bind_is_refused_when_compiled(owner):  # type: ignore[no-untyped-def]
+    # The slice's bound is written into the SQL: a second value would need other SQL.
+    limited = PreparedQuery(
+        lambda owner_id, count: Session.objects.filter(owner_id=owner_id).values_list("pk")[:count],
+        owner_id=int,
+        count=int,
+    )
+    with pytest.raises(ValueError, match="count"):
+        limited.rows(owner_id=owner.pk, count=2)
+    ignored = PreparedQuery(
+        lambda owner_id, model: Session.objects.filter(owner_id=owner_id).values_list("pk"),
+        owner_id=int,
+        model=str,
+    )
+    with pytest.raises(ValueError, match="model"):
+        ignored.rows(owner_id=owner.pk, model="anthropic:a")
+
+
+def test_a_call_must_name_exactly_the_declared_arguments(owner):  # type: ignore[no-untyped-def]
+    prepared = PreparedQuery(
+        lambda owner_id: Session.objects.filter(owner_id=owner_id).values_list("pk"),
+        owner_id=int,
+    )
+    with pytest.raises(TypeError):
+        prepared.rows(user_id=owner.pk)
+    by_time = PreparedQuery(
+        lambda when: Session.objects.filter(created_at=when).values_list("pk"), when=datetime
+    )
+    with pytest.raises(TypeError, match=r"int, str or uuid\.UUID"):
+        by_time.rows(when=datetime.now())
