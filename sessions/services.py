@@ -17,10 +17,11 @@ from typing import Any
 from django.conf import settings
 from django.core.files.base import ContentFile
 from django.db import connection, transaction
-from django.db.models import F, OuterRef, Subquery
+from django.db.models import F, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from openworker.prepared_query import PreparedQuery
 from providers.edge.model_policy import ModelRefused, model_require
 from sessions.attachments import attachment_meta, attachment_part
 from sessions.models import Attachment, Message, Session, Turn, UserPreferences
@@ -122,8 +123,9 @@ def message_insert(
         session_id, context_tokens=context_tokens, parent_seq=parent_seq, activate=activate
     )
     if dedupe_key is not None and not new_key:
-        existing = Message.objects.filter(session_id=session_id, dedupe_key=dedupe_key).first()
-        if existing is not None:
+        found = _DEDUPED.first(session_id=_as_uuid(session_id), dedupe_key=dedupe_key)
+        if found is not None:
+            existing = Message.objects.get(pk=found[0])
             # Under the row lock: give the number (and the active leaf) back, so a
             # replay leaves no gap.
             Session.objects.filter(pk=session_id).update(
@@ -146,14 +148,30 @@ def message_insert(
 def _turn_tip(turn_id: uuid.UUID | str) -> Any:
     """Where the next message of `turn_id` goes (one query): its newest message, else the
     message it started from, else TIP (a turn from before the tree: the active leaf)."""
+    found = _TIP.first(turn_id=_as_uuid(turn_id))
+    return found[0] if found is not None and found[0] is not None else TIP
+
+
+def _tip_query(turn_id: uuid.UUID) -> QuerySet:
     newest = Message.objects.filter(turn_id=OuterRef("pk")).order_by("-seq").values("seq")[:1]
-    found = (
+    return (
         Turn.objects.filter(pk=turn_id)
         .annotate(tip=Coalesce(Subquery(newest), F("base_seq")))
-        .values_list("tip", flat=True)
-        .first()
+        .values_list("tip")[:1]
     )
-    return found if found is not None else TIP
+
+
+# Both run in every model call's commit: compiled once (openworker.prepared_query).
+_TIP = PreparedQuery(_tip_query, turn_id=uuid.UUID)
+_DEDUPED = PreparedQuery(
+    lambda session_id, dedupe_key: (
+        Message.objects.filter(session_id=session_id, dedupe_key=dedupe_key)
+        .order_by("pk")
+        .values_list("pk")[:1]
+    ),
+    session_id=uuid.UUID,
+    dedupe_key=str,
+)
 
 
 def session_take_seq(

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Q
+
+from openworker.prepared_query import PreparedQuery
 from providers.edge.models import ProviderProfile
 
 PREFIX = "provider:"
@@ -27,14 +30,15 @@ class UserSecretStore:
         """`org_keys=False`: the user's own profiles only (providers.model_policy: a model
         the organisation's keys may not serve)."""
         self.user_id = user_id
-        rows = ProviderProfile.objects.filter(owner__isnull=True)
-        if not org_keys:
-            rows = ProviderProfile.objects.none()
-        if user_id is not None:
-            rows = ProviderProfile.objects.filter(owner_id=user_id) | rows
+        if user_id is None:
+            rows = _ORG_PROFILES.rows() if org_keys else []
+        else:
+            query = _PROFILES if org_keys else _OWN_PROFILES
+            rows = query.rows(user_id=user_id)
         own: dict[str, dict[str, Any]] = {}
         org: dict[str, dict[str, Any]] = {}
-        for profile in rows:
+        for row in rows:
+            profile = ProviderProfile(**dict(zip(_COLUMNS, row, strict=True)))
             (org if profile.owner_id is None else own)[profile.provider] = _resolved(profile)
         # The user's profile wins whole: never mixed with the organisation's.
         self._profiles = {**org, **own}
@@ -44,6 +48,24 @@ class UserSecretStore:
             return None
         profile = self._profiles.get(key[len(PREFIX) :])
         return dict(profile) if profile is not None else None
+
+
+# Read on every turn start (the router is built per turn): compiled once
+# (openworker.prepared_query).
+_COLUMNS = ("owner_id", "provider", "api_key_encrypted", "base_url", "region")
+_PROFILES = PreparedQuery(
+    lambda user_id: ProviderProfile.objects.filter(
+        Q(owner_id=user_id) | Q(owner__isnull=True)
+    ).values_list(*_COLUMNS),
+    user_id=int,
+)
+_OWN_PROFILES = PreparedQuery(
+    lambda user_id: ProviderProfile.objects.filter(owner_id=user_id).values_list(*_COLUMNS),
+    user_id=int,
+)
+_ORG_PROFILES = PreparedQuery(
+    lambda: ProviderProfile.objects.filter(owner__isnull=True).values_list(*_COLUMNS)
+)
 
 
 def _resolved(profile: ProviderProfile) -> dict[str, Any]:
