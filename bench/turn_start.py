@@ -1,0 +1,209 @@
+"""Benchmark: the CPU and the statements of a send and of a turn's start, call by call.
+
+A burst of sends waits on two single threads. Daphne runs every send
+(`commands.turn_send`) on its one sync thread, one after another. The worker runs every
+turn's database calls on its one database thread, oldest turn first: the claim, the
+tools, the model policy and the router, the path, the compaction state, and at the end
+the model call's commit and the title. `bench/stream_path.py` shows the first token of a
+burst waiting on those threads. This bench shows what each call costs, measured on its
+own rather than through the whole pipeline, so the figures do not depend on how busy
+the machine is.
+
+It runs the calls in this process, as those threads run them, for K users with one
+session each:
+- against PostgreSQL by default (`openworker_bench_start`, dropped and recreated; Redis
+  db 14 for the send's Celery publish and channel-layer event, as in distributed mode);
+- with `--mode embedded`, against SQLite as `make run` (a temporary state folder).
+
+A send's database connection goes back to the pool after every call, as Channels'
+`database_sync_to_async` does. Per call it prints the CPU of the calling thread
+(`time.thread_time`, p50 and p95, µs), the wall time (p50, µs) and the SQL statements
+(Django's query capture, BEGIN and COMMIT included on PostgreSQL), then the totals per
+send and per turn. No target: docs/PERFORMANCE.md says what was cut. A few seconds.
+
+    .venv/bin/python bench/turn_start.py            # --k 200, --mode embedded
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import percentile, print_table
+
+DATABASE_URL = "postgres://postgres@127.0.0.1:5432/openworker_bench_start"
+REDIS_URL = "redis://127.0.0.1:6379/14"
+# Never called: the provider profiles only need an address.
+UPSTREAM = "http://127.0.0.1:9"
+# A typical reply's commit: its text, usage, and the turn's end.
+REPLY = "A reply of a few sentences, as a model writes one. " * 10
+
+
+@dataclass
+class Measured:
+    cpu_us: list[float] = field(default_factory=list)
+    wall_us: list[float] = field(default_factory=list)
+    statements: list[int] = field(default_factory=list)
+
+
+def measure(fn: Callable[[Any], Any], items: list[Any]) -> tuple[Measured, list[Any]]:
+    """`fn(item)` for each item, each timed on this thread and its statements counted."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    measured, results = Measured(), []
+    for item in items:
+        with CaptureQueriesContext(connection) as queries:
+            cpu, wall = time.thread_time(), time.perf_counter()
+            results.append(fn(item))
+            measured.cpu_us.append((time.thread_time() - cpu) * 1e6)
+            measured.wall_us.append((time.perf_counter() - wall) * 1e6)
+        measured.statements.append(len(queries.captured_queries))
+    return measured, results
+
+
+def prepare(mode: str) -> None:
+    from bench import stream_path
+
+    if mode == "embedded":
+        stream_path.prepare_embedded(Path(tempfile.mkdtemp(prefix="ow-bench-start-")))
+        # A loop that never runs: a send schedules its turn there, and it stays queued.
+        import asyncio
+
+        from openworker.runtime.turns.runner import embedded_runner
+
+        embedded_runner.bind(asyncio.new_event_loop())
+    else:
+        stream_path.prepare_environment(DATABASE_URL, REDIS_URL)
+        stream_path.flush_redis(REDIS_URL)
+
+
+def run(k: int) -> list[tuple[str, Measured]]:
+    from django.db import close_old_connections
+
+    from bench.stream_path import MODEL, make_sessions
+    from openworker.runtime.agent.compactor import load_state
+    from openworker.runtime.agent.history import outbound_messages
+    from openworker.runtime.agent.llm import router_for_user
+    from openworker.runtime.agent.tools.mcp import session_registry
+    from openworker.runtime.store import turn_state
+    from openworker.runtime.turns import commands
+    from providers.edge.model_policy import model_require_for_user_id
+    from sessions import selectors, services
+    from sessions.models import CompactionSettings, Session
+
+    ids = [session_id for session_id, _ in make_sessions(k, UPSTREAM)]
+    sessions = list(Session.objects.select_related("owner").filter(pk__in=ids))
+
+    def send(session: Session) -> Any:
+        close_old_connections()
+        turn = commands.turn_send(session=session, user=session.owner, text="Hello there.")
+        close_old_connections()
+        return turn
+
+    def claim(turn: Any) -> Any:
+        return turn_state.turn_claim(turn_id=turn.pk, worker="bench")
+
+    def tools(turn: Any) -> Any:
+        return session_registry(session_id=turn.session_id, owner_id=turn.session.owner_id)
+
+    def policy_and_router(turn: Any) -> Any:
+        owner = turn.session.owner_id
+        decision = model_require_for_user_id(user_id=owner, model=turn.model)
+        return router_for_user(owner, org_keys=decision.org_keys)
+
+    def compaction(turn: Any) -> Any:
+        CompactionSettings.load()
+        return load_state(turn.session_id, paths[turn.pk])
+
+    router = router_for_user(sessions[0].owner_id)
+    caps = router.capabilities(MODEL)
+
+    def outbound(turn: Any) -> Any:
+        history = [row.to_canonical() for row in paths[turn.pk]]
+        return outbound_messages(
+            history, owner_id=turn.session.owner_id, caps=caps, compaction_state=None
+        )
+
+    def commit(turn: Any) -> Any:
+        return turn_state.turn_step_commit(
+            turn_id=turn.pk,
+            worker="bench",
+            session_id=turn.session_id,
+            message={
+                "content": REPLY,
+                "model": turn.model,
+                "finish_reason": "end_turn",
+                "usage": {"input": 40, "output": 120},
+            },
+            dedupe_key=f"{turn.pk}:a0",
+            totals=turn_state.StepTotals(usage={"input": 40, "output": 120}, steps=1, cost=None),
+            context_tokens=160,
+            finish="completed",
+        )
+
+    def title(turn: Any) -> Any:
+        return services.session_title_save(session_id=turn.session_id, title="A short title")
+
+    rows: list[tuple[str, Measured]] = []
+    measured, turns = measure(send, sessions)
+    rows.append(("send (Daphne)", measured))
+    measured, claimed = measure(claim, turns)
+    rows.append(("claim", measured))
+    for name, fn in (("tools", tools), ("model policy + router", policy_and_router)):
+        rows.append((name, measure(fn, claimed)[0]))
+    measured, found = measure(lambda turn: selectors.turn_path(turn=turn), claimed)
+    rows.append(("path", measured))
+    paths = {turn.pk: path for turn, path in zip(claimed, found, strict=True)}
+    for name, fn in (
+        ("compaction settings + state", compaction),
+        ("outbound view", outbound),
+        ("model call's commit", commit),
+        ("title", title),
+    ):
+        rows.append((name, measure(fn, claimed)[0]))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--k", type=int, default=200, help="users, each sending once")
+    parser.add_argument("--mode", choices=("distributed", "embedded"), default="distributed")
+    args = parser.parse_args()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "openworker.settings")
+    prepare(args.mode)
+    from django.db import connection
+
+    rows = run(args.k)
+    print(
+        f"turn start: {args.k} sends and turn starts, {args.mode} ({connection.vendor}), "
+        f"load average before the run: {', '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
+    )
+    table = [
+        (name, round(statistics.median(m.cpu_us)), round(percentile(m.cpu_us, 95)),
+         round(statistics.median(m.wall_us)), int(statistics.median(m.statements)))
+        for name, m in rows
+    ]  # fmt: skip
+    # Totals of the medians (a p95 does not add up).
+    for label, part in (
+        ("per turn start (worker)", table[1:7]),
+        ("per turn end (worker)", table[7:]),
+    ):
+        table.append(
+            (label, sum(r[1] for r in part), "-", sum(r[3] for r in part), sum(r[4] for r in part))
+        )
+    print_table(("call", "CPU p50 µs", "CPU p95 µs", "wall p50 µs", "statements"), table)
+
+
+if __name__ == "__main__":
+    main()
