@@ -15,7 +15,9 @@ equivalent.
 
 Only for queries whose SQL does not depend on the values: equality and comparison
 filters on scalar arguments, not `__in` lists (their SQL has one placeholder per item).
-An argument the compiled SQL does not bind exactly as given raises at compile time.
+An argument the compiled SQL does not bind exactly as given raises at compile time. A
+None binds as SQL NULL, so `column = NULL` matches no row, as a missing key should
+(the ORM writes `IS NULL` for `filter(column=None)`: a different query).
 """
 
 from __future__ import annotations
@@ -77,10 +79,7 @@ class PreparedQuery:
             expected, got = sorted(self._arguments), sorted(values)
             raise TypeError(f"expected the arguments {expected}, got {got}")
         compiled = self._compiled.get(using) or self._compile(using)
-        params = [
-            convert(values[name]) if name is not None else convert
-            for name, convert in compiled.params
-        ]
+        params = [_bind(name, how, values) for name, how in compiled.params]
         connection = connections[using]
         with connection.cursor() as cursor:
             cursor.execute(compiled.sql, params)
@@ -138,6 +137,15 @@ class PreparedQuery:
             for chain in [[(converter, expression) for converter in chain]]
         )
         return _Compiled(sql, tuple(params), converters)
+
+
+def _bind(name: str | None, how: Any, values: dict[str, Any]) -> Any:
+    """One SQL parameter's value: a constant of the query (`name` None), or the named
+    argument passed as the backend takes it."""
+    if name is None:
+        return how
+    value = values[name]
+    return None if value is None else how(value)
 
 
 def _match(param: Any, stand_ins: dict[str, Any]) -> tuple[str, Any] | None:

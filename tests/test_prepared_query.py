@@ -108,3 +108,13 @@ def test_a_call_must_name_exactly_the_declared_arguments(owner):  # type: ignore
     )
     with pytest.raises(TypeError, match=r"int, str or uuid\.UUID"):
         by_time.rows(when=datetime.now())
+
+
+def test_a_missing_value_binds_as_null_and_matches_no_row(owner):  # type: ignore[no-untyped-def]
+    session = Session.objects.create(owner=owner, model="anthropic:a")
+    prepared = PreparedQuery(
+        lambda owner_id: Session.objects.filter(owner_id=owner_id).values_list("pk"),
+        owner_id=int,
+    )
+    assert prepared.rows(owner_id=owner.pk) == [(session.pk,)]
+    assert prepared.rows(owner_id=None) == []
