@@ -30,6 +30,7 @@ from typing import Any
 
 from django.db import connections
 from django.db.models import QuerySet
+from django.db.models.query import get_related_populators
 
 # Stand-ins by argument type. An int stand-in stays inside a 32-bit column's range.
 _INT_BASE = 2_000_000_000
@@ -61,12 +62,26 @@ class _Compiled:
     params: tuple[tuple[str | None, Any], ...]
     # Per result column index: the ORM's converters for it (with their expression).
     converters: tuple[tuple[int, tuple[tuple[Callable[..., Any], Any], ...]], ...]
+    # A query of model rows: how a row becomes an instance, as `ModelIterable` does it.
+    instances: _Instances | None
+
+
+@dataclass(frozen=True)
+class _Instances:
+    model: Any
+    init_list: tuple[str, ...]
+    start: int
+    end: int
+    # select_related's models, set on each instance (Django's own populators).
+    related: tuple[Any, ...]
 
 
 class PreparedQuery:
-    """`build(**arguments)` returns the queryset (use `values_list` and slice it, e.g.
-    `[:1]`, rather than `.first()`); `arguments` maps each argument's name to its type
-    (int, str or uuid.UUID). `rows(**values)` runs it and returns its rows as tuples."""
+    """`build(**arguments)` returns the queryset (slice it, e.g. `[:1]`, rather than call
+    `.first()`); `arguments` maps each argument's name to its type (int, str or
+    uuid.UUID). `rows(**values)` runs it and returns its rows as tuples (a `values_list`
+    query); `instances(**values)` returns model instances (a plain or `select_related`
+    model query)."""
 
     def __init__(self, build: Callable[..., QuerySet], **arguments: type) -> None:
         self._build = build
@@ -96,6 +111,19 @@ class PreparedQuery:
                 values_out[index] = value
             converted.append(tuple(values_out))
         return converted
+
+    def instances(self, *, using: str = "default", **values: Any) -> list[Any]:
+        compiled = self._compiled.get(using) or self._compile(using)
+        how = compiled.instances
+        if how is None:
+            raise TypeError("instances() takes a query of model rows, not values_list")
+        found = []
+        for row in self.rows(using=using, **values):
+            instance = how.model.from_db(using, how.init_list, row[how.start : how.end])
+            for populator in how.related:
+                populator.populate(row, instance)
+            found.append(instance)
+        return found
 
     def first(self, *, using: str = "default", **values: Any) -> tuple[Any, ...] | None:
         found = self.rows(using=using, **values)
@@ -136,7 +164,26 @@ class PreparedQuery:
             for index, (chain, expression) in sorted(compiler.get_converters(columns).items())
             for chain in [[(converter, expression) for converter in chain]]
         )
-        return _Compiled(sql, tuple(params), converters)
+        return _Compiled(sql, tuple(params), converters, _instances_of(compiler, using))
+
+
+def _instances_of(compiler: Any, using: str) -> _Instances | None:
+    """How `ModelIterable` makes instances of this query's rows, worked out once; None for
+    a `values_list` query (the compiler selects no model). Annotated model rows are not
+    supported, and `prefetch_related` is not SQL: a prepared query does not run it."""
+    info = compiler.klass_info
+    if info is None or not compiler.query.default_cols:
+        return None  # values_list: its columns, not a model's
+    if compiler.annotation_col_map:
+        raise ValueError("PreparedQuery: model queries with annotations are not supported")
+    start, end = info["select_fields"][0], info["select_fields"][-1] + 1
+    return _Instances(
+        model=info["model"],
+        init_list=tuple(column.target.attname for column, _, _ in compiler.select[start:end]),
+        start=start,
+        end=end,
+        related=tuple(get_related_populators(info, compiler.select, using)),
+    )
 
 
 def _bind(name: str | None, how: Any, values: dict[str, Any]) -> Any:

@@ -14,6 +14,7 @@ from django.db import connection
 from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.expressions import RawSQL
 
+from openworker.prepared_query import PreparedQuery
 from providers.capabilities import split_model
 from providers.edge.matrix import curated_matrix, models_for_user
 from providers.edge.models import ProviderProfile
@@ -127,11 +128,16 @@ def session_path(*, session_id: uuid.UUID | str, leaf_seq: int | None = None) ->
 def turn_path(*, turn: Turn) -> list[Message]:
     """What a turn's next model call is built from: the path root → the turn's tip (its
     newest message, else the message it started from, else the session's active leaf).
-    One query: the tip is found inside the path walk's seed."""
+    One query: the tip is found inside the path walk's seed. It runs before every model
+    call, so its SQL is compiled once (openworker.prepared_query)."""
+    return _TURN_PATH.instances(session_id=turn.session_id, turn_id=turn.pk, base_seq=turn.base_seq)
+
+
+def _turn_path_query(session_id: uuid.UUID, turn_id: uuid.UUID, base_seq: int) -> QuerySet:
     table = connection.ops.quote_name(Message._meta.db_table)
     sessions = connection.ops.quote_name(Session._meta.db_table)
-    key = Message._meta.get_field("session").get_db_prep_value(turn.session_id, connection)
-    turn_key = Message._meta.get_field("turn").get_db_prep_value(turn.pk, connection)
+    key = Message._meta.get_field("session").get_db_prep_value(session_id, connection)
+    turn_key = Message._meta.get_field("turn").get_db_prep_value(turn_id, connection)
     seed = (
         f"COALESCE((SELECT MAX(t.seq) FROM {table} t WHERE t.turn_id = %s), %s, "  # noqa: S608
         f"(SELECT s.active_seq FROM {sessions} s WHERE s.id = %s))"
@@ -144,10 +150,12 @@ def turn_path(*, turn: Turn) -> list[Message]:
         "WHERE m.session_id = %s"
         ") SELECT seq FROM path"
     )
-    params = [key, turn_key, turn.base_seq, key, key]
+    params = [key, turn_key, base_seq, key, key]
     found = RawSQL(sql, params)  # noqa: S611 (every value is a parameter)
-    rows = Message.objects.filter(session_id=turn.session_id, seq__in=found).order_by("seq")
-    return list(rows)
+    return Message.objects.filter(session_id=session_id, seq__in=found).order_by("seq")
+
+
+_TURN_PATH = PreparedQuery(_turn_path_query, session_id=uuid.UUID, turn_id=uuid.UUID, base_seq=int)
 
 
 def siblings_of(*, session: Session, rows: list[Message]) -> dict[int | None, list[int]]:

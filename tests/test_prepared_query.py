@@ -118,3 +118,37 @@ def test_a_missing_value_binds_as_null_and_matches_no_row(owner):  # type: ignor
     )
     assert prepared.rows(owner_id=owner.pk) == [(session.pk,)]
     assert prepared.rows(owner_id=None) == []
+
+
+def test_model_instances_come_back_as_the_queryset_makes_them(owner, teammate):  # type: ignore[no-untyped-def]
+    _make_turns(owner, teammate)
+
+    def build(owner_id, model):  # type: ignore[no-untyped-def]
+        return (
+            Turn.objects.select_related("session")
+            .filter(session__owner_id=owner_id, model=model)
+            .order_by("created_at")
+        )
+
+    prepared = PreparedQuery(build, owner_id=int, model=str)
+    got = prepared.instances(owner_id=owner.pk, model="anthropic:b")
+    expected = list(build(owner.pk, "anthropic:b"))
+    assert [turn.pk for turn in got] == [turn.pk for turn in expected]
+    for mine, theirs in zip(got, expected, strict=True):
+        assert (mine.status, mine.created_at, mine.cancel_requested, mine.usage) == (
+            theirs.status,
+            theirs.created_at,
+            theirs.cancel_requested,
+            theirs.usage,
+        )
+        assert not mine._state.adding and mine._state.db == "default"
+    # The related session came with the row: reading it runs no query.
+    with CaptureQueriesContext(connection) as queries:
+        assert {turn.session.owner_id for turn in got} == {owner.pk}
+        assert got[0].session.model == "anthropic:b"
+    assert len(queries) == 0
+    with pytest.raises(TypeError):
+        PreparedQuery(
+            lambda owner_id: Session.objects.filter(owner_id=owner_id).values_list("pk"),
+            owner_id=int,
+        ).instances(owner_id=owner.pk)

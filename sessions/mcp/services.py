@@ -9,9 +9,10 @@ from typing import Any
 from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
+from django.db.models import QuerySet, prefetch_related_objects
 from django.utils import timezone
 
+from openworker.prepared_query import PreparedQuery
 from providers.errors import ProviderError
 from providers.outbound import OutboundPolicy
 from sessions.attachments import AttachmentRejected, attachment_create
@@ -48,10 +49,22 @@ def mcp_servers_for_user(*, user: Any) -> QuerySet[McpServer]:
 def session_mcp_servers(*, session_id: uuid.UUID | str, owner: Any) -> list[McpServer]:
     """The servers a session uses that its owner may still use (a team change counts at
     once: the choice alone grants nothing)."""
-    chosen = SessionMcpServer.objects.filter(session_id=session_id).values("server_id")
-    return list(
-        mcp_servers_for_user(user=owner).filter(pk__in=chosen).prefetch_related("tool_policies")
+    servers = _SESSION_SERVERS.instances(
+        session_id=session_id, owner_id=getattr(owner, "pk", owner)
     )
+    if servers:
+        prefetch_related_objects(servers, "tool_policies")
+    return servers
+
+
+def _session_servers_query(session_id: uuid.UUID, owner_id: int) -> QuerySet[McpServer]:
+    chosen = SessionMcpServer.objects.filter(session_id=session_id).values("server_id")
+    return mcp_servers_for_user(user=owner_id).filter(pk__in=chosen)
+
+
+# Every turn start asks (most sessions use no server): compiled once
+# (openworker.prepared_query).
+_SESSION_SERVERS = PreparedQuery(_session_servers_query, session_id=uuid.UUID, owner_id=int)
 
 
 def session_mcp_servers_set(*, session: Any, server_ids: list[int]) -> list[McpServer]:

@@ -19,6 +19,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from openworker.prepared_query import PreparedQuery
 from sessions.models import Message, Turn
 from sessions.services import TIP, message_insert
 
@@ -52,7 +53,15 @@ def turn_claim(*, turn_id: uuid.UUID | str, worker: str) -> Turn | None:
     )
     if not updated:
         return None
-    return Turn.objects.select_related("session").get(pk=turn_id)
+    return _CLAIMED.instances(turn_id=turn_id)[0]
+
+
+# Every turn start reads its turn and session back: compiled once
+# (openworker.prepared_query).
+_CLAIMED = PreparedQuery(
+    lambda turn_id: Turn.objects.select_related("session").filter(pk=turn_id)[:1],
+    turn_id=uuid.UUID,
+)
 
 
 @dataclass(frozen=True)
