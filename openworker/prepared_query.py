@@ -10,8 +10,8 @@ A `PreparedQuery` keeps the query in ORM terms, so it follows the models, and co
 it once per database alias with a stand-in value for each argument: a value no caller
 passes, so every place the SQL binds an argument is found by equality. Later calls bind
 the real values at those places, run the SQL and convert the columns as the ORM would
-(SQLite's booleans, datetimes). This is SQLAlchemy's "baked query" idea; Django has no
-equivalent.
+(SQLite's booleans, datetimes), into tuples or into model instances as `ModelIterable`
+makes them. This is SQLAlchemy's "baked query" idea; Django has no equivalent.
 
 Only for queries whose SQL does not depend on the values: equality and comparison
 filters on scalar arguments, not `__in` lists (their SQL has one placeholder per item).
