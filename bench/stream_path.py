@@ -20,7 +20,10 @@ control) and the farthest place any was told.
 Each token's added latency is the client's receive time minus the upstream's emit time
 (same machine clock). The floor is the same upstream read by K concurrent httpx streams
 directly, without Daphne, Redis or the worker. Each turn's time to first token (send to
-first delta on its socket) is printed too. Prints one table; the target is the
+first delta on its socket) is printed too, and after the table, per K, when the last send
+was committed and the last turn claimed, counted from the first send's commit (from the
+database the run wrote): a burst's first token waits on the later of the two (Daphne's
+sends, the worker's starts). Prints one table; the target is the
 largest K: p99 added latency <= 50 ms and no token lost. Exits non-zero on a MISS.
 Stops every process it started, on success, error or Ctrl-C. About two minutes.
 
@@ -137,6 +140,10 @@ class RunResult:
     # server's output, and turns whose stored reply is not what their socket streamed.
     lock_errors: int | None = None
     reply_mismatches: int | None = None
+    # Seconds from the first send's commit to the last send's commit (Daphne took the
+    # sends that long) and to the last turn's claim (the worker started them that long):
+    # the first token of a burst waits on the later of the two.
+    burst: tuple[float, float] | None = None
 
     @property
     def latencies(self) -> list[float]:
@@ -403,7 +410,7 @@ def run_k(
                 saved.write_text(worker.output())
                 print(f"K={k}: not every turn completed; worker {n}'s whole log is in {saved}")
     floor = asyncio.run(drive_floor(upstream, k))
-    return RunResult(k, clients, floor, stats)
+    return RunResult(k, clients, floor, stats, burst=burst_spans(clients))
 
 
 # -- embedded mode ------------------------------------------------------------------------
@@ -464,8 +471,29 @@ def run_embedded_k(k: int, upstream: str, env: dict[str, str]) -> RunResult:
         saved.write_text(output)
         print(f"K={k}: lock errors or unfinished turns; Daphne's whole log is in {saved}")
     mismatches = reply_mismatches(Path(env["SQLITE_PATH"]), clients)
+    burst = burst_spans(clients)
+    connections.close_all()
     floor = asyncio.run(drive_floor(upstream, k))
-    return RunResult(k, clients, floor, stats, lock_errors, mismatches)
+    return RunResult(k, clients, floor, stats, lock_errors, mismatches, burst)
+
+
+def burst_spans(clients: list[ClientResult]) -> tuple[float, float] | None:
+    """(the last send's commit, the last turn's claim), in seconds after the first send's
+    commit, read from the database the run wrote (RunResult.burst)."""
+    from django.db.models import Max, Min
+
+    from sessions.models import Turn
+
+    ids = [c.turn_id for c in clients if c.turn_id]
+    if not ids:
+        return None
+    span = Turn.objects.filter(pk__in=ids).aggregate(
+        first=Min("created_at"), sent=Max("created_at"), claimed=Max("started_at")
+    )
+    if span["claimed"] is None:
+        return None
+    first = span["first"]
+    return (span["sent"] - first).total_seconds(), (span["claimed"] - first).total_seconds()
 
 
 def report(results: list[RunResult], mode: str = "distributed") -> bool:
@@ -525,6 +553,11 @@ def report(results: list[RunResult], mode: str = "distributed") -> bool:
         headers += ["lock errors", "stored != streamed"]
     print_table(headers, rows)
     for r in results:
+        if r.burst is not None:
+            print(
+                f"K={r.k}: the sends were committed within {r.burst[0]:.2f} s of the first, "
+                f"the turns claimed within {r.burst[1]:.2f} s"
+            )
         problems = Counter(e for c in r.clients for e in c.errors)
         for message, count in problems.most_common(3):
             print(f"K={r.k}: {count} x {message}")
