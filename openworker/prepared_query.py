@@ -47,12 +47,12 @@ def _stand_in(kind: type, position: int) -> Any:
     raise TypeError(f"PreparedQuery arguments are int, str or uuid.UUID, not {kind!r}")
 
 
-def _uuid_hex(value: Any) -> str:
-    return (value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))).hex
-
-
 def _as_uuid(value: Any) -> uuid.UUID:
     return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
+def _uuid_hex(value: Any) -> str:
+    return _as_uuid(value).hex
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,7 @@ class PreparedQuery:
         return found
 
     def first(self, *, using: str = "default", **values: Any) -> tuple[Any, ...] | None:
+        """The first row, or None."""
         found = self.rows(using=using, **values)
         return found[0] if found else None
 
@@ -160,9 +161,8 @@ class PreparedQuery:
             )
         columns = [column for column, _, _ in compiler.select[: compiler.col_count]]
         converters = tuple(
-            (index, tuple(chain))
+            (index, tuple((converter, expression) for converter in chain))
             for index, (chain, expression) in sorted(compiler.get_converters(columns).items())
-            for chain in [[(converter, expression) for converter in chain]]
         )
         return _Compiled(sql, tuple(params), converters, _instances_of(compiler, using))
 

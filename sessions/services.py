@@ -123,9 +123,9 @@ def message_insert(
         session_id, context_tokens=context_tokens, parent_seq=parent_seq, activate=activate
     )
     if dedupe_key is not None and not new_key:
-        found = _DEDUPED.first(session_id=_as_uuid(session_id), dedupe_key=dedupe_key)
-        if found is not None:
-            existing = Message.objects.get(pk=found[0])
+        written = _DEDUPED.instances(session_id=session_id, dedupe_key=dedupe_key)
+        if written:
+            existing = written[0]
             # Under the row lock: give the number (and the active leaf) back, so a
             # replay leaves no gap.
             Session.objects.filter(pk=session_id).update(
@@ -148,7 +148,7 @@ def message_insert(
 def _turn_tip(turn_id: uuid.UUID | str) -> Any:
     """Where the next message of `turn_id` goes (one query): its newest message, else the
     message it started from, else TIP (a turn from before the tree: the active leaf)."""
-    found = _TIP.first(turn_id=_as_uuid(turn_id))
+    found = _TIP.first(turn_id=turn_id)
     return found[0] if found is not None and found[0] is not None else TIP
 
 
@@ -164,11 +164,9 @@ def _tip_query(turn_id: uuid.UUID) -> QuerySet:
 # Both run in every model call's commit: compiled once (openworker.prepared_query).
 _TIP = PreparedQuery(_tip_query, turn_id=uuid.UUID)
 _DEDUPED = PreparedQuery(
-    lambda session_id, dedupe_key: (
-        Message.objects.filter(session_id=session_id, dedupe_key=dedupe_key)
-        .order_by("pk")
-        .values_list("pk")[:1]
-    ),
+    lambda session_id, dedupe_key: Message.objects.filter(
+        session_id=session_id, dedupe_key=dedupe_key
+    ).order_by("pk")[:1],
     session_id=uuid.UUID,
     dedupe_key=str,
 )
