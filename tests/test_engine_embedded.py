@@ -303,6 +303,40 @@ async def test_the_first_exchange_titles_the_session_and_the_page_is_told(owner,
     assert session.title == "Capital of France"
 
 
+async def test_a_title_save_that_meets_a_locked_database_is_retried_not_a_crash(
+    owner, fake, settings, monkeypatch, caplog
+):
+    from django.db import OperationalError
+
+    from sessions import services
+
+    settings.AUTO_TITLE = False
+    save, calls = services.session_title_save, []
+
+    def locked_once(**kwargs):  # type: ignore[no-untyped-def]
+        calls.append(kwargs)
+        if len(calls) == 1:
+            raise OperationalError("database table is locked")
+        return save(**kwargs)
+
+    monkeypatch.setattr(services, "session_title_save", locked_once)
+    fake.push(Reply(text("Paris is the capital.")))
+    session = await make_session(owner, fake)
+    ws = await open_socket(owner, session)
+    await ws.send_json_to({"type": "send", "text": "What is the capital of France?"})
+    events = await read_until_status(ws)
+    event = await ws.receive_json_from(timeout=10)
+    while event["type"] != "session.title":
+        event = await ws.receive_json_from(timeout=10)
+    await ws.disconnect()
+    assert events[-1]["status"] == "completed"
+    assert event["title"] == "What is the capital of France?"
+    assert len(calls) == 2
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    await session.arefresh_from_db()
+    assert session.title == "What is the capital of France?"
+
+
 async def test_a_dropped_final_event_is_recovered_from_the_replay_buffer(owner, fake, monkeypatch):
     """The channel layer may drop any event, the last one included: the socket notices the
     silence and reads the turn's buffer."""

@@ -293,8 +293,10 @@ class _TurnRun:
         title = ""
         if settings.AUTO_TITLE and await self._may_also_use(request.model):
             title = await titles.atitle_from_model(request, provider)
-        title = await _db(services.session_title_save)(
-            session_id=self.session.pk, title=title or request.fallback
+        # Retried like the turn's other writes: a reply already complete must not end in a
+        # crash for its title (it only writes an empty title, so a replay does nothing).
+        title = await dbretry.write(
+            services.session_title_save, session_id=self.session.pk, title=title or request.fallback
         )
         if title:
             await events.apublish(self.session.pk, {"type": "session.title", "title": title})

@@ -3,10 +3,10 @@
 A restart, a failover or a fast-stop of PostgreSQL drops every connection; without a
 retry the write in flight (often the final save of a complete reply) failed the turn.
 Every write retried here is idempotent by design: a step's message and a tool result
-carry a dedupe key (`<turn>:a<n>`, `<turn>:tool:<call id>`) and finishing a turn is a
-conditional update on our lease, so a write whose commit went through before the
-connection broke does nothing the second time. Only errors of the connection kind are
-retried (an integrity error is a bug, not a hiccup); past WRITE_RETRY_SECONDS the error
+carry a dedupe key (`<turn>:a<n>`, `<turn>:tool:<call id>`), finishing a turn is a
+conditional update on our lease and a new session's title is written only over an empty
+one, so a write whose commit went through before the connection broke does nothing the
+second time. Only errors of the connection kind are retried (an integrity error is a bug, not a hiccup); past WRITE_RETRY_SECONDS the error
 goes to the engine, which fails the turn (its partial text is on the turn row, flushed
 by the heartbeat).
 
