@@ -6,9 +6,9 @@ Every write retried here is idempotent by design: a step's message and a tool re
 carry a dedupe key (`<turn>:a<n>`, `<turn>:tool:<call id>`), finishing a turn is a
 conditional update on our lease and a new session's title is written only over an empty
 one, so a write whose commit went through before the connection broke does nothing the
-second time. Only errors of the connection kind are retried (an integrity error is a bug, not a hiccup); past WRITE_RETRY_SECONDS the error
-goes to the engine, which fails the turn (its partial text is on the turn row, flushed
-by the heartbeat).
+second time. Only errors of the connection kind are retried (an integrity error is a
+bug, not a hiccup); past WRITE_RETRY_SECONDS the error goes to the engine, which fails
+the turn (its partial text is on the turn row, flushed by the heartbeat).
 
 tenacity rather than a hand-written loop: exponential backoff with jitter and a total
 deadline, declared in one place, and the library is already well kept and widely used.
