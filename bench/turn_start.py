@@ -6,8 +6,9 @@ turn's database calls on its one database thread, oldest turn first: the claim, 
 tools, the model policy and the router, the path, the compaction state, and at the end
 the model call's commit and the title. `bench/stream_path.py` shows the first token of a
 burst waiting on those threads. This bench shows what each call costs, measured on its
-own rather than through the whole pipeline, so the figures do not depend on how busy
-the machine is.
+own rather than through the whole pipeline: CPU per call depends less on how busy the
+machine is than the pipeline's latencies do, though its speed still moves them (compare
+trees run back to back).
 
 It runs the calls in this process, as those threads run them, for K users with one
 session each:
