@@ -36,7 +36,7 @@ def _queued_turn(owner: Any, fake: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     return str(commands.turn_send(session=session, user=owner, text="hello").pk)
 
 
-def test_a_one_step_turn_is_eleven_statements_in_four_engine_hops(
+def test_a_one_step_turn_is_eleven_statements_in_three_engine_hops(
     owner: Any, anthropic_fake: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     turn_id = _queued_turn(owner, anthropic_fake, monkeypatch)
@@ -72,10 +72,10 @@ def test_a_one_step_turn_is_eleven_statements_in_four_engine_hops(
         "INSERT",  # ... the message
         "UPDATE",  # ... the turn's totals and final status
     ], [q["sql"][:90] for q in queries.captured_queries]
-    # The policy and the router share one hop; the claim, the history and the outbound
-    # view take one each (the compactor's reads and the commit make their own).
+    # The policy and the router share one hop; the history and the outbound view take one
+    # each (the claim is the claimer's, shared by the turns starting together; the
+    # compactor's reads and the commit make their own).
     assert hops == [
-        "turn_claim",
         "_provider_if_allowed",
         "turn_path",  # the history: the turn's own path in the transcript's tree
         "outbound_messages",

@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
-import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -42,6 +39,7 @@ from openworker.runtime.live import events
 from openworker.runtime.live.emitter import TurnEmitter
 from openworker.runtime.live.replay import get_replay_buffer
 from openworker.runtime.store import dbretry, turn_state
+from openworker.runtime.store.claims import claimer
 from openworker.runtime.store.dbcall import db as _db
 from openworker.runtime.store.leases import Lease, lease_keeper
 from openworker.runtime.store.local_cancel import register_local, unregister_local
@@ -65,13 +63,6 @@ ProviderFactory = Callable[[int], ProviderClient]
 
 class LeaseLost(Exception):
     """The turn is no longer ours (swept as interrupted, or stopped and finished)."""
-
-
-_HOSTNAME = socket.gethostname()
-
-
-def worker_id() -> str:
-    return f"{_HOSTNAME}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 @dataclass
@@ -100,13 +91,14 @@ async def run_turn(
 ) -> None:
     """Run one turn to a terminal state (or to awaiting approval). Safe to call twice:
     only the caller that claims the queued turn runs it."""
-    me = worker_id()
     # Every database call of this turn queues by the turn's arrival (priority_pool).
     call_priority.set(next_arrival())
-    turn = await _db(turn_state.turn_claim)(turn_id=turn_id, worker=me)
-    if turn is None:
+    # Claimed together with the other turns starting now (one database call for a burst).
+    claimed = await claimer().claim(turn_id)
+    if claimed is None:
         logger.info("turn %s not claimable (already running or finished)", turn_id)
         return
+    turn, me = claimed.turn, claimed.worker
     # The model policy is checked against keys only when the router resolves them: an
     # injected provider (tests, benchmarks) brings its own credentials.
     injected = provider_factory is not None

@@ -41,8 +41,15 @@ class HeartbeatReply:
 def turn_claim(*, turn_id: uuid.UUID | str, worker: str) -> Turn | None:
     """Take the lease on a queued turn. None when someone else has it or it is finished
     (a redelivered task after the turn was interrupted or completed does nothing)."""
+    return turns_claim(turn_ids=[turn_id], worker=worker).get(str(turn_id))
+
+
+def turns_claim(*, turn_ids: list[uuid.UUID | str], worker: str) -> dict[str, Turn]:
+    """Take the lease on those of `turn_ids` still queued, all under `worker`, in one
+    UPDATE, and read them back with their sessions in one SELECT: {turn id: turn} of the
+    ones taken (`runtime.store.claims` gathers a burst's claims into one call)."""
     now = timezone.now()
-    updated = Turn.objects.filter(pk=turn_id, status=Turn.Status.QUEUED).update(
+    updated = Turn.objects.filter(pk__in=turn_ids, status=Turn.Status.QUEUED).update(
         status=Turn.Status.RUNNING,
         lease_owner=worker,
         heartbeat_at=now,
@@ -52,15 +59,25 @@ def turn_claim(*, turn_id: uuid.UUID | str, worker: str) -> Turn | None:
         partial_reasoning="",
     )
     if not updated:
-        return None
-    return _CLAIMED.instances(turn_id=turn_id)[0]
+        return {}
+    if len(turn_ids) == 1:
+        claimed = _CLAIMED.instances(turn_id=turn_ids[0], worker=worker)
+    else:
+        claimed = list(
+            Turn.objects.select_related("session").filter(
+                pk__in=turn_ids, lease_owner=worker, status=Turn.Status.RUNNING
+            )
+        )
+    return {str(turn.pk): turn for turn in claimed}
 
 
-# Every turn start reads its turn and session back: compiled once
-# (openworker.prepared_query).
+# A turn start reads its turn and session back: compiled once (openworker.prepared_query).
 _CLAIMED = PreparedQuery(
-    lambda turn_id: Turn.objects.select_related("session").filter(pk=turn_id)[:1],
+    lambda turn_id, worker: Turn.objects.select_related("session").filter(
+        pk=turn_id, lease_owner=worker, status=Turn.Status.RUNNING
+    )[:1],
     turn_id=uuid.UUID,
+    worker=str,
 )
 
 
