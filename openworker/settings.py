@@ -327,6 +327,9 @@ MAX_ATTACHMENTS_PER_MESSAGE = envint("MAX_ATTACHMENTS_PER_MESSAGE", 10, minimum=
 STREAM_COALESCE_SECONDS = envfloat("STREAM_COALESCE_SECONDS", 0.04)
 # Threads a worker process's turns share for their database calls (openworker/dbcall.py).
 WORKER_DB_THREADS = envint("OPENWORKER_DB_THREADS", 1, minimum=1)
+# Threads a Daphne process's websocket consumers share for their database calls in
+# distributed mode (runtime.turns.socket_db).
+SOCKET_DB_THREADS = envint("OPENWORKER_SOCKET_DB_THREADS", 2, minimum=1)
 
 # --- Provider layer -------------------------------------------------------------------
 # OPENWORKER_OUTBOUND_ALLOWLIST is read by providers.outbound.OutboundPolicy.from_env.

@@ -45,7 +45,10 @@ def _db_pool(name: str) -> PriorityThreadPool:
     with _POOLS_LOCK:
         pool = _POOLS.get(name)
         if pool is None:
-            threads = settings.WORKER_DB_THREADS if name == "turn-db" else 1
+            threads = {
+                "turn-db": settings.WORKER_DB_THREADS,
+                "socket-db": settings.SOCKET_DB_THREADS,
+            }.get(name, 1)
             pool = _POOLS[name] = PriorityThreadPool(threads, thread_name_prefix=name)
         return pool
 

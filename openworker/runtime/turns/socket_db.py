@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from channels.db import database_sync_to_async
 from django.conf import settings
 
+from openworker.runtime.store.dbcall import db
 from openworker.runtime.store.sync_thread import embedded_db
 
 
@@ -17,5 +17,5 @@ def socket_db(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
     each call); embedded, on the sync thread the turns use, its SQLite connection kept
     (`runtime.store.sync_thread`)."""
     if settings.DISTRIBUTED:
-        return database_sync_to_async(fn)
+        return db(fn, pool="socket-db")
     return embedded_db(fn)
