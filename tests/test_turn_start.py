@@ -36,7 +36,7 @@ def _queued_turn(owner: Any, fake: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     return str(commands.turn_send(session=session, user=owner, text="hello").pk)
 
 
-def test_a_one_step_turn_is_eleven_statements_in_three_engine_hops(
+def test_a_one_step_turn_is_ten_statements_in_three_engine_hops(
     owner: Any, anthropic_fake: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     turn_id = _queued_turn(owner, anthropic_fake, monkeypatch)
@@ -65,8 +65,7 @@ def test_a_one_step_turn_is_eleven_statements_in_three_engine_hops(
         #            policy, their own key for the provider
         "SELECT",  # the router: the user's provider profiles
         "SELECT",  # the history (the path root → the turn's tip: one recursive query)
-        "SELECT",  # the compaction settings
-        "SELECT",  # the session's compaction state
+        "SELECT",  # the compaction settings and the session's compaction state
         "UPDATE",  # commit: the session's next sequence number
         "SELECT",  # ... the step's message if it was saved before (a replay)
         "INSERT",  # ... the message

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Subquery
 
+from openworker.prepared_query import PreparedQuery
 from openworker.runtime.agent import compaction
 from openworker.runtime.store.dbcall import db
 from providers.base import ProviderClient
@@ -48,11 +51,53 @@ def load_state(
         .values("compaction_state", "last_context_tokens")
         .get()
     )
-    reported = row["last_context_tokens"]
-    if rows is None or not row["compaction_state"]:
+    return _state_on_path(session_id, rows, row["compaction_state"], row["last_context_tokens"])
+
+
+def load_settings_and_state(
+    session_id: Any, rows: list[Message]
+) -> tuple[CompactionSettings, compaction.CompactionState | None, int | None]:
+    """The organisation's compaction settings with `load_state`'s answer, the session's
+    row and the settings' row in one query (every model call reads both: a burst of turn
+    starts queues them on one database thread)."""
+    found = _SESSION_AND_SETTINGS.first(session_id=session_id)
+    if found is None:
+        raise Session.DoesNotExist(f"no session {session_id}")
+    stored, reported, *values = found
+    if values[0] is None:  # no settings row yet: made with its defaults
+        cfg = CompactionSettings.load()
+    else:
+        cfg = CompactionSettings(pk=1, **dict(zip(_SETTINGS, values, strict=True)))
+    return cfg, *_state_on_path(session_id, rows, stored, reported)
+
+
+_SETTINGS = ("enabled", "threshold_pct", "cap_tokens", "keep_recent_fraction", "summary_model")
+_SESSION_AND_SETTINGS = PreparedQuery(
+    lambda session_id: (
+        Session.objects.filter(pk=session_id)
+        .annotate(
+            **{
+                f"settings_{name}": Subquery(
+                    CompactionSettings.objects.filter(pk=1).values(name)[:1]
+                )
+                for name in _SETTINGS
+            }
+        )
+        .values_list(
+            "compaction_state", "last_context_tokens", *(f"settings_{n}" for n in _SETTINGS)
+        )[:1]
+    ),
+    session_id=uuid.UUID,
+)
+
+
+def _state_on_path(
+    session_id: Any, rows: list[Message] | None, stored: Any, reported: int | None
+) -> tuple[compaction.CompactionState | None, int | None]:
+    if rows is None or not stored:
         # Every compaction also stores its state on the session: none there, no
         # checkpoint anywhere (a session never compacted reads no more than this).
-        return compaction.CompactionState.from_dict(row["compaction_state"]), reported
+        return compaction.CompactionState.from_dict(stored), reported
     index = {message.seq: i for i, message in enumerate(rows)}
     checkpoints = list(
         CompactionCheckpoint.objects.filter(session_id=session_id)
@@ -64,7 +109,7 @@ def load_state(
         at = index.get(checkpoint["boundary_seq"])
         data = checkpoint["state"]
         if data is None and position == len(checkpoints) - 1:
-            data = row["compaction_state"]
+            data = stored
         if at is None or not data:
             continue
         state = compaction.CompactionState.from_dict(data)
@@ -118,8 +163,7 @@ async def maybe_compact(
 
     `may_use(model)`: the model policy's word on the admin's summary model for this turn
     (refused, the summary is asked of the turn's own model)."""
-    cfg = await db(CompactionSettings.load)()
-    state, reported = await db(load_state)(session_id, rows)
+    cfg, state, reported = await db(load_settings_and_state)(session_id, rows)
     if state is not None and state.boundary_index >= len(history):
         state = None  # stale (should not happen: the transcript is append-only)
     signal = reported or compaction.estimate_tokens(compaction.apply_to_outbound(history, state))
