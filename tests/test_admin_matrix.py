@@ -134,3 +134,34 @@ def test_admin_refuses_a_provider_that_contradicts_the_id_prefix(admin_client):
     )
     assert response.status_code == 200
     assert not MatrixModel.objects.filter(model_id="anthropic:claude-x").exists()
+
+
+@pytest.mark.distributed
+@pytest.mark.django_db(transaction=True)
+def test_version_checks_from_many_turns_share_one_redis_connection() -> None:
+    """Each turn runs in an async context of its own, where Django's `cache` is a new
+    client, and so a new Redis connection, per context: the version check must not be."""
+    import asyncio
+    import contextvars
+
+    import redis
+    from asgiref.sync import async_to_sync, sync_to_async
+    from django.conf import settings
+
+    server = redis.Redis.from_url(settings.REDIS_URL)
+
+    def connections_made() -> int:
+        return int(server.info("stats")["total_connections_received"])
+
+    curated_matrix()
+    before = connections_made()
+
+    async def turns() -> None:
+        async def one_turn() -> None:
+            await sync_to_async(curated_matrix, thread_sensitive=False)()
+
+        for _ in range(30):  # one after another: a pool needs one connection for them
+            await asyncio.create_task(one_turn(), context=contextvars.Context())
+
+    async_to_sync(turns)()
+    assert connections_made() - before <= 1

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from django.core.cache import cache
+from django.core.cache import DEFAULT_CACHE_ALIAS, BaseCache, caches
 from django.db.models import Q
 from django.db.models.signals import m2m_changed, post_delete, post_save
 from django.dispatch import receiver
@@ -32,6 +32,21 @@ MAX_STALENESS_SECONDS = 60.0
 
 _lock = threading.Lock()
 _memo: dict[str, Any] = {"version": None, "loaded_at": 0.0, "table": {}}
+_shared: dict[str, BaseCache] = {}
+
+
+def _cache() -> BaseCache:
+    """One cache client for the process. `django.core.cache.cache` is one per thread and,
+    under asgiref, one per async context: every turn's database calls (`sync_to_async`)
+    made a client of their own, and so a new Redis connection per turn start (py-spy of a
+    worker in a burst of 500: a fifth of its database thread's time). Django's Redis
+    client is thread-safe (redis-py's pool); the local-memory one keeps its entries per
+    location, which every instance of it shares."""
+    found = _shared.get("cache")
+    if found is None:
+        with _lock:
+            found = _shared.setdefault("cache", caches.create_connection(DEFAULT_CACHE_ALIAS))
+    return found
 
 
 def row_to_curated(row: MatrixModel) -> CuratedModel:
@@ -61,7 +76,7 @@ def row_to_curated(row: MatrixModel) -> CuratedModel:
 
 
 def _version() -> int:
-    return cache.get_or_set(VERSION_KEY, 1, timeout=None) or 1
+    return _cache().get_or_set(VERSION_KEY, 1, timeout=None) or 1
 
 
 def curated_matrix() -> dict[str, CuratedModel]:
@@ -81,9 +96,9 @@ def curated_matrix() -> dict[str, CuratedModel]:
 def invalidate() -> None:
     """Make every process reload the table on its next read."""
     try:
-        cache.incr(VERSION_KEY)
+        _cache().incr(VERSION_KEY)
     except ValueError:  # not set yet (or evicted): any new value differs from the memo's
-        cache.set(VERSION_KEY, int(time.time() * 1000), timeout=None)
+        _cache().set(VERSION_KEY, int(time.time() * 1000), timeout=None)
     with _lock:
         _memo.update(version=None, loaded_at=0.0, table={})
 
