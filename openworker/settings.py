@@ -328,8 +328,11 @@ STREAM_COALESCE_SECONDS = envfloat("STREAM_COALESCE_SECONDS", 0.04)
 # Threads a worker process's turns share for their database calls (openworker/dbcall.py).
 WORKER_DB_THREADS = envint("OPENWORKER_DB_THREADS", 1, minimum=1)
 # Threads a Daphne process's websocket consumers share for their database calls in
-# distributed mode (runtime.turns.socket_db).
-SOCKET_DB_THREADS = envint("OPENWORKER_SOCKET_DB_THREADS", 2, minimum=1)
+# distributed mode (runtime.turns.socket_db). More take a burst of sends faster (their
+# round trips overlap) but their ORM work then takes the GIL from the loop relaying the
+# streams: at K = 500, 2 threads took the sends in 3.6-5.1 s instead of 5.4-6.5 s, and
+# the streams' p99 added latency was 88-137 ms instead of 49-83 ms (docs/PERFORMANCE.md).
+SOCKET_DB_THREADS = envint("OPENWORKER_SOCKET_DB_THREADS", 1, minimum=1)
 
 # --- Provider layer -------------------------------------------------------------------
 # OPENWORKER_OUTBOUND_ALLOWLIST is read by providers.outbound.OutboundPolicy.from_env.
