@@ -16,8 +16,10 @@ session each:
   db 14 for the send's Celery publish and channel-layer event, as in distributed mode);
 - with `--mode embedded`, against SQLite as `make run` (a temporary state folder).
 
-A send's database connection goes back to the pool after every call, as Channels'
-`database_sync_to_async` does. Per call it prints the CPU of the calling thread
+A send keeps its database connection between calls, as Daphne's socket database thread
+does (`runtime.turns.socket_db`); the claims go a burst at a time, as the worker's
+`Claimer` sends them (`claims.MAX_BATCH` turns per call: the row is per turn). Per call it
+prints the CPU of the calling thread
 (`time.thread_time`, p50 and p95, µs), the wall time (p50, µs) and the SQL statements
 (Django's query capture, BEGIN and COMMIT included on PostgreSQL), then the totals per
 send and per turn. No target: docs/PERFORMANCE.md says what was cut. A few seconds.
@@ -54,7 +56,7 @@ REPLY = "A reply of a few sentences, as a model writes one. " * 10
 class Measured:
     cpu_us: list[float] = field(default_factory=list)
     wall_us: list[float] = field(default_factory=list)
-    statements: list[int] = field(default_factory=list)
+    statements: list[float] = field(default_factory=list)
 
 
 def measure(fn: Callable[[Any], Any], items: list[Any]) -> tuple[Measured, list[Any]]:
@@ -71,6 +73,16 @@ def measure(fn: Callable[[Any], Any], items: list[Any]) -> tuple[Measured, list[
             measured.wall_us.append((time.perf_counter() - wall) * 1e6)
         measured.statements.append(len(queries.captured_queries))
     return measured, results
+
+
+def per_item(measured: Measured, batches: list[list[Any]]) -> Measured:
+    """A call per batch as its cost per item."""
+    out = Measured()
+    for index, batch in enumerate(batches):
+        out.cpu_us.append(measured.cpu_us[index] / len(batch))
+        out.wall_us.append(measured.wall_us[index] / len(batch))
+        out.statements.append(measured.statements[index] / len(batch))
+    return out
 
 
 def prepare(mode: str) -> None:
@@ -90,30 +102,28 @@ def prepare(mode: str) -> None:
 
 
 def run(k: int) -> list[tuple[str, Measured]]:
-    from django.db import close_old_connections
 
     from bench.stream_path import MODEL, make_sessions
-    from openworker.runtime.agent.compactor import load_state
+    from openworker.runtime.agent.compactor import load_settings_and_state
     from openworker.runtime.agent.history import outbound_messages
     from openworker.runtime.agent.llm import router_for_user
     from openworker.runtime.agent.tools.mcp import session_registry
     from openworker.runtime.store import turn_state
+    from openworker.runtime.store.claims import MAX_BATCH
     from openworker.runtime.turns import commands
     from providers.edge.model_policy import model_require_for_user_id
     from sessions import selectors, services
-    from sessions.models import CompactionSettings, Session
+    from sessions.models import Session
 
     ids = [session_id for session_id, _ in make_sessions(k, UPSTREAM)]
     sessions = list(Session.objects.select_related("owner").filter(pk__in=ids))
 
     def send(session: Session) -> Any:
-        close_old_connections()
-        turn = commands.turn_send(session=session, user=session.owner, text="Hello there.")
-        close_old_connections()
-        return turn
+        return commands.turn_send(session=session, user=session.owner, text="Hello there.")
 
-    def claim(turn: Any) -> Any:
-        return turn_state.turn_claim(turn_id=turn.pk, worker="bench")
+    def claim(batch: list[Any]) -> list[Any]:
+        claimed = turn_state.turns_claim(turn_ids=[turn.pk for turn in batch], worker="bench")
+        return [claimed[str(turn.pk)] for turn in batch]
 
     def tools(turn: Any) -> Any:
         return session_registry(session_id=turn.session_id, owner_id=turn.session.owner_id)
@@ -124,8 +134,7 @@ def run(k: int) -> list[tuple[str, Measured]]:
         return router_for_user(owner, org_keys=decision.org_keys)
 
     def compaction(turn: Any) -> Any:
-        CompactionSettings.load()
-        return load_state(turn.session_id, paths[turn.pk])
+        return load_settings_and_state(turn.session_id, paths[turn.pk])
 
     router = router_for_user(sessions[0].owner_id)
     caps = router.capabilities(MODEL)
@@ -159,8 +168,10 @@ def run(k: int) -> list[tuple[str, Measured]]:
     rows: list[tuple[str, Measured]] = []
     measured, turns = measure(send, sessions)
     rows.append(("send (Daphne)", measured))
-    measured, claimed = measure(claim, turns)
-    rows.append(("claim", measured))
+    batches = [turns[i : i + MAX_BATCH] for i in range(0, len(turns), MAX_BATCH)]
+    measured, claimed_batches = measure(claim, batches)
+    rows.append((f"claim ({MAX_BATCH} at once, per turn)", per_item(measured, batches)))
+    claimed = [turn for batch in claimed_batches for turn in batch]
     for name, fn in (("tools", tools), ("model policy + router", policy_and_router)):
         rows.append((name, measure(fn, claimed)[0]))
     measured, found = measure(lambda turn: selectors.turn_path(turn=turn), claimed)
@@ -192,7 +203,7 @@ def main() -> None:
     )
     table = [
         (name, round(statistics.median(m.cpu_us)), round(percentile(m.cpu_us, 95)),
-         round(statistics.median(m.wall_us)), int(statistics.median(m.statements)))
+         round(statistics.median(m.wall_us)), round(statistics.median(m.statements), 2))
         for name, m in rows
     ]  # fmt: skip
     # Totals of the medians (a p95 does not add up).
