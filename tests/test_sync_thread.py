@@ -69,11 +69,28 @@ def test_socket_and_turn_calls_keep_the_sync_threads_connection_open(settings, c
     assert closes == []
 
 
-def test_distributed_socket_calls_are_channels_calls_that_give_the_connection_back(settings):
-    """Distributed, a socket's call is Channels' `database_sync_to_async`, which closes
-    the thread's connection before and after the call (back to the pool): nothing of the
-    embedded kept connection."""
+def test_distributed_socket_calls_run_on_the_sockets_own_database_thread(settings, monkeypatch):  # type: ignore[no-untyped-def]
+    """Distributed, a socket's calls run on a pool of their own (`socket-db`,
+    OPENWORKER_SOCKET_DB_THREADS threads) rather than Django's sync thread, and keep the
+    thread's connection between calls (re-checked every few seconds, `dbcall._pooled`):
+    Channels' `database_sync_to_async` gave it back to the pool and took and checked one
+    again on every call, a round trip more per send."""
     settings.DISTRIBUTED = True
-    assert isinstance(socket_db(_query), DatabaseSyncToAsync)
+    assert not isinstance(socket_db(_query), DatabaseSyncToAsync)
+    checks: list[str] = []
+    monkeypatch.setattr(
+        dbcall, "close_old_connections", lambda: checks.append(threading.current_thread().name)
+    )
+
+    def thread_name() -> str:
+        return threading.current_thread().name
+
+    async def scenario() -> list[str]:
+        return [await socket_db(thread_name)() for _ in range(5)]
+
+    names = asyncio.run(scenario())
+    assert len(set(names)) == 1 and names[0].startswith("socket-db"), names
+    # At most the periodic re-check, not one before and after every call.
+    assert len(checks) <= 1, checks
     settings.DISTRIBUTED = False
     assert not isinstance(socket_db(_query), DatabaseSyncToAsync)
