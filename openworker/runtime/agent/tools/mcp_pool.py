@@ -18,7 +18,9 @@ worker process's turn loop, Daphne's loop in embedded mode.
 - Tools: a `tools/list_changed` during a call is listed again on the same session once
   the call ends (`PooledOutcome.tools`, for the turn's registry); one announced while no
   call is out is listed by the owner and handed to `tools_listed` (the tool cache).
-- Health: a session found closed is replaced; a call the server provably never received
+- Health: a session found closed is replaced; a reused stdio session is pinged first (its
+  process may have died while idle, and a request written to it before its end of output
+  is read would count as `lost`); a call the server provably never received
   (`unsent`) is sent once more on a new session; a call that may have reached it
   (`lost`, a timeout) is never sent again: the caller reports it.
 - Bounds: `max_sessions` per loop, of which at most `max_stdio` are stdio subprocesses;
@@ -58,6 +60,8 @@ MAX_STDIO = 8
 SWEEP_SECONDS = 15.0
 # How long closing the pool waits for its sessions to say goodbye (DELETE, process exit).
 CLOSE_SECONDS = 5.0
+# A reused stdio session answers a ping within this, or is replaced before the call.
+PING_SECONDS = 2.0
 
 # opener(on_tools_changed, undelivered) → the async context manager of a new session.
 Opener = Callable[[mcp_client.ToolsChanged, set[Any]], AbstractAsyncContextManager[ClientSession]]
@@ -205,6 +209,16 @@ class McpPool:
             entry, fresh = self._checkout(key, fingerprint, opener, stdio)
             try:
                 session = await self._ready(entry)
+                if (
+                    stdio
+                    and not fresh
+                    and not attempt
+                    and not await _answers_ping(session, entry.closed)
+                ):
+                    # Died (or hung) while idle: nothing was sent, a new process takes it.
+                    self._discard(entry)
+                    logger.info("pooled MCP stdio server %s did not answer; restarting", key.server)
+                    continue
                 before = entry.listed_generation
                 outcome = await mcp_client.call_tool(
                     session,
@@ -391,3 +405,20 @@ async def scoped(pool_: McpPool) -> AsyncIterator[McpPool]:
         yield pool_
     finally:
         await pool_.aclose()
+
+
+async def _answers_ping(session: ClientSession, closed: asyncio.Event) -> bool:
+    """Whether the server behind `session` answers a ping within PING_SECONDS (False as
+    soon as its connection ends)."""
+    ping = asyncio.ensure_future(session.send_ping())
+    ended = asyncio.ensure_future(closed.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {ping, ended}, timeout=PING_SECONDS, return_when=asyncio.FIRST_COMPLETED
+        )
+        return ping in done and ping.exception() is None
+    finally:
+        for waiter in (ping, ended):
+            waiter.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.gather(ping, ended, return_exceptions=True)
