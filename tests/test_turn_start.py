@@ -14,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from openworker.runtime.agent import engine
 from openworker.runtime.agent.tools.registry import default_registry
+from openworker.runtime.store import leases
 from openworker.runtime.turns import commands, runner
 from providers.edge.matrix import curated_matrix
 from sessions.models import CompactionSettings, Session
@@ -75,7 +76,38 @@ def test_a_one_step_turn_is_ten_statements_in_three_engine_hops(
     # each (the claim is the claimer's, shared by the turns starting together; the
     # compactor's reads and the commit make their own).
     assert hops == [
-        "_provider_if_allowed",
+        "_start",  # the policy and the router (the tools were given)
         "turn_path",  # the history: the turn's own path in the transcript's tree
         "outbound_messages",
     ], hops
+
+
+def test_the_session_tools_are_read_in_the_policy_hop_after_the_lease_is_held(
+    owner: Any, anthropic_fake: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The claim starts the lease's clock: a burst's starts queue on the database thread,
+    # and a start that read its tools before holding the lease could wait past
+    # LEASE_SECONDS and be interrupted by the sweeper while it streamed.
+    turn_id = _queued_turn(owner, anthropic_fake, monkeypatch)
+    events: list[str] = []
+    real_db = engine._db
+    real_hold = leases.LeaseKeeper.hold
+
+    def counting_db(fn: Any, **kwargs: Any) -> Any:
+        events.append(getattr(fn, "__name__", repr(fn)))
+        return real_db(fn, **kwargs)
+
+    def recording_hold(self: leases.LeaseKeeper, lease: leases.Lease) -> None:
+        events.append("hold")
+        real_hold(self, lease)
+
+    monkeypatch.setattr(engine, "_db", counting_db)
+    monkeypatch.setattr(leases.LeaseKeeper, "hold", recording_hold)
+    with CaptureQueriesContext(connection) as queries:
+        async_to_sync(engine.run_turn)(turn_id)
+
+    assert events[:2] == ["hold", "_start"], events
+    assert "turn_path" in events and len(events) == 4, events
+    # The tools' one query (the session's MCP servers: none) is in the policy's hop.
+    sql = [q["sql"] for q in queries.captured_queries]
+    assert any("mcp" in q.lower() for q in sql), sql

@@ -104,11 +104,8 @@ async def run_turn(
     injected = provider_factory is not None
     if provider_factory is None:
         provider_factory = router_for_user
-    if tools is None:
-        # The built-in tools plus the MCP servers' tools this session uses.
-        tools = await _db(session_registry)(
-            session_id=turn.session_id, owner_id=turn.session.owner_id
-        )
+    # The session's tools are read after the lease is held (`_TurnRun.run`): the claim
+    # started the lease's clock, and a burst's starts queue on the database thread.
     run = _TurnRun(turn, me, provider_factory, tools)
     run.check_own_key = not injected
     await run.run()
@@ -116,7 +113,11 @@ async def run_turn(
 
 class _TurnRun:
     def __init__(
-        self, turn: Turn, me: str, provider_factory: ProviderFactory, tools: ToolRegistry
+        self,
+        turn: Turn,
+        me: str,
+        provider_factory: ProviderFactory,
+        tools: ToolRegistry | None,
     ) -> None:
         self.turn = turn
         self.turn_id = str(turn.pk)
@@ -124,7 +125,10 @@ class _TurnRun:
         self.session = turn.session
         self.me = me
         self.provider_factory = provider_factory
-        self.tools = tools
+        # None until the turn starts: then the built-in tools plus the MCP servers' tools
+        # this session uses (`_start`).
+        self.tools: ToolRegistry = tools  # type: ignore[assignment]
+        self.tools_given = tools is not None
         self.cancel = CancelToken()
         self.progress = _Progress()
         self.lease_lost = False
@@ -148,19 +152,9 @@ class _TurnRun:
     # --- lifecycle -----------------------------------------------------------------
 
     async def run(self) -> None:
-        buffer = get_replay_buffer()
-        try:
-            start_seq = await buffer.last_seq(self.turn_id)
-        except Exception:
-            logger.warning("replay buffer unavailable for turn %s", self.turn_id, exc_info=True)
-            start_seq = 0
-        self.emitter = TurnEmitter(
-            session_id=str(self.session.pk),
-            turn_id=self.turn_id,
-            buffer=buffer,
-            start_seq=start_seq,
-            coalesce_seconds=settings.STREAM_COALESCE_SECONDS,
-        )
+        # The lease first: the claim started its clock, and what follows waits its turn on
+        # the loop and the database thread (a burst's starts waited past LEASE_SECONDS
+        # on a slow machine, and the sweeper interrupted them).
         register_local(self.turn_id, self.cancel)
         keeper = lease_keeper()
         keeper.hold(
@@ -172,6 +166,23 @@ class _TurnRun:
                 on_cancel=self.cancel.cancel,
             )
         )
+        buffer = get_replay_buffer()
+        try:
+            start_seq = await buffer.last_seq(self.turn_id)
+        except Exception:
+            logger.warning("replay buffer unavailable for turn %s", self.turn_id, exc_info=True)
+            start_seq = 0
+        except BaseException:
+            keeper.release(self.turn_id)
+            unregister_local(self.turn_id)
+            raise
+        self.emitter = TurnEmitter(
+            session_id=str(self.session.pk),
+            turn_id=self.turn_id,
+            buffer=buffer,
+            start_seq=start_seq,
+            coalesce_seconds=settings.STREAM_COALESCE_SECONDS,
+        )
         status = Turn.Status.FAILED
         provider: ProviderClient | None = None
         try:
@@ -180,10 +191,10 @@ class _TurnRun:
             )
             # The one model policy, before any model call of the turn (a send, a retry,
             # an imported session's model): refused, the turn fails saying why. Decided
-            # once per turn, with the router in the same database call (one thread hop
-            # per turn start, not two: a burst of starts queues on one thread).
+            # once per turn, with the router and the session's tools in the same database
+            # call (one thread hop per turn start: a burst of starts queues on one thread).
             try:
-                provider = await _db(self._provider_if_allowed)()
+                provider = await _db(self._start)()
             except ModelRefused as exc:
                 status = Turn.Status.FAILED
                 await self._finish(status, "model_refused", str(exc))
@@ -244,6 +255,15 @@ class _TurnRun:
         logger.info("turn %s reached its time limit", self.turn_id)
         self.timed_out = True
         self.cancel.cancel()
+
+    def _start(self) -> ProviderClient:
+        """The turn's tools when none were given, then its router (`_provider_if_allowed`:
+        last, so nothing can fail once it holds a connection)."""
+        if not self.tools_given:
+            self.tools = session_registry(
+                session_id=self.session.pk, owner_id=self.session.owner_id
+            )
+        return self._provider_if_allowed()
 
     def _provider_if_allowed(self) -> ProviderClient:
         """The turn's router, once the model policy allows the turn's model (ModelRefused
