@@ -17,7 +17,9 @@ session each:
 - with `--mode embedded`, against SQLite as `make run` (a temporary state folder).
 
 A send keeps its database connection between calls, as Daphne's socket database thread
-does (`runtime.turns.socket_db`); the claims go a burst at a time, as the worker's
+does (`runtime.turns.socket_db`); half the users send alone, half in the batches a burst
+of sends gathers into (`send_batch.MAX_BATCH` sends per call: the row is per send); the
+claims go a burst at a time, as the worker's
 `Claimer` sends them (`claims.MAX_BATCH` turns per call: the row is per turn). Per call it
 prints the CPU of the calling thread
 (`time.thread_time`, p50 and p95, µs), the wall time (p50, µs) and the SQL statements
@@ -111,6 +113,7 @@ def run(k: int) -> list[tuple[str, Measured]]:
     from openworker.runtime.store import turn_state
     from openworker.runtime.store.claims import MAX_BATCH
     from openworker.runtime.turns import commands
+    from openworker.runtime.turns.send_batch import MAX_BATCH as SEND_BATCH
     from providers.edge.model_policy import model_require_for_user_id
     from sessions import selectors, services
     from sessions.models import Session
@@ -165,9 +168,22 @@ def run(k: int) -> list[tuple[str, Measured]]:
     def title(turn: Any) -> Any:
         return services.session_title_save(session_id=turn.session_id, title="A short title")
 
+    def send_batch(batch: list[Session]) -> list[Any]:
+        requests = [
+            commands.SendRequest(session=session, user=session.owner, text="Hello there.")
+            for session in batch
+        ]
+        return commands.turns_send(sends=requests)
+
     rows: list[tuple[str, Measured]] = []
-    measured, turns = measure(send, sessions)
-    rows.append(("send (Daphne)", measured))
+    # Half the users send alone, half in the batches a burst gathers into (send_batch).
+    alone, together = sessions[: k // 2], sessions[k // 2 :]
+    measured, turns = measure(send, alone)
+    rows.append(("send alone (Daphne)", measured))
+    send_batches = [together[i : i + SEND_BATCH] for i in range(0, len(together), SEND_BATCH)]
+    measured, sent_batches = measure(send_batch, send_batches)
+    rows.append((f"send ({SEND_BATCH} at once, per send)", per_item(measured, send_batches)))
+    turns += [turn for batch in sent_batches for turn in batch]
     batches = [turns[i : i + MAX_BATCH] for i in range(0, len(turns), MAX_BATCH)]
     measured, claimed_batches = measure(claim, batches)
     rows.append((f"claim ({MAX_BATCH} at once, per turn)", per_item(measured, batches)))
@@ -208,8 +224,8 @@ def main() -> None:
     ]  # fmt: skip
     # Totals of the medians (a p95 does not add up).
     for label, part in (
-        ("per turn start (worker)", table[1:7]),
-        ("per turn end (worker)", table[7:]),
+        ("per turn start (worker)", table[2:8]),
+        ("per turn end (worker)", table[8:]),
     ):
         table.append(
             (label, sum(r[1] for r in part), "-", sum(r[3] for r in part), sum(r[4] for r in part))

@@ -29,6 +29,7 @@ from openworker.middleware import text_problem
 from openworker.runtime.live import events
 from openworker.runtime.live.replay import get_replay_buffer
 from openworker.runtime.turns import commands
+from openworker.runtime.turns.send_batch import send_batcher
 from openworker.runtime.turns.socket_db import socket_db
 from sessions import selectors
 
@@ -203,12 +204,15 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             return
         self.sending += 1
         try:
-            turn = await socket_db(commands.turn_send)(
-                session=self.session,
-                user=self.user,
-                text=text,
-                attachment_ids=attachment_ids,
-                model=model,
+            # Written together with the other sends this process received meanwhile.
+            turn = await send_batcher().send(
+                commands.SendRequest(
+                    session=self.session,
+                    user=self.user,
+                    text=text,
+                    attachment_ids=attachment_ids,
+                    model=model,
+                )
             )
         finally:
             self.sending -= 1

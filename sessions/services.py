@@ -17,7 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.core.files.base import ContentFile
 from django.db import connection, transaction
-from django.db.models import F, OuterRef, QuerySet, Subquery
+from django.db.models import Case, F, OuterRef, QuerySet, Subquery, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -220,6 +220,65 @@ def session_take_seq(
     if row is None:
         raise Session.DoesNotExist(f"no session {session_id}")
     return int(row[0]), (int(row[1]) if row[1] is not None else None)
+
+
+def turns_first_messages_insert(
+    *, turns: list[tuple[Turn, Any]], when: Any = None
+) -> list[Message]:
+    """New turns and their users' messages, many sessions at once (a burst of sends),
+    inside the caller's transaction: what `message_insert` does for a send, in four
+    statements however many. Each session at most once (a session runs one turn at a
+    time). `turns`: (unsaved turn, its message's content). Each message goes under its
+    session's active leaf and becomes the new one, as a send's does.
+
+    Raises `Session.DoesNotExist` when a session is gone (the caller's transaction then
+    rolls back: nothing of the batch is written)."""
+    if not turns:
+        return []
+    pk = Session._meta.pk
+    assert pk is not None
+    session_ids = [_as_uuid(turn.session_id) for turn, _ in turns]
+    if len(set(session_ids)) != len(session_ids):
+        raise ValueError("one new turn per session in a batch")
+    table = connection.ops.quote_name(Session._meta.db_table)
+    column = connection.ops.quote_name
+    updated = Session._meta.get_field("updated_at")
+    now = updated.get_db_prep_value(when or timezone.now(), connection)
+    marks = ", ".join(["%s"] * len(session_ids))
+    with connection.cursor() as cursor:
+        # As `session_take_seq` (one row lock each, `updated_at` touched), for the lot.
+        # Only quoted identifiers are interpolated; every value is a parameter.
+        cursor.execute(
+            f"UPDATE {table} SET {column('next_seq')} = {column('next_seq')} + 1, "  # noqa: S608
+            f"{column('updated_at')} = %s WHERE {column(pk.column)} IN ({marks}) "
+            f"RETURNING {column(pk.column)}, {column('next_seq')} - 1, {column('active_seq')}",
+            [now, *(pk.get_db_prep_value(sid, connection) for sid in session_ids)],
+        )
+        taken = {_as_uuid(row[0]): (int(row[1]), row[2]) for row in cursor.fetchall()}
+    missing = [sid for sid in session_ids if sid not in taken]
+    if missing:
+        raise Session.DoesNotExist(f"no session {missing[0]}")
+    Turn.objects.bulk_create([turn for turn, _ in turns])
+    messages = [
+        Message(
+            session_id=turn.session_id,
+            seq=taken[sid][0],
+            parent_seq=taken[sid][1],
+            dedupe_key=f"{turn.pk}:user",
+            turn_id=turn.pk,
+            role=Message.Role.USER,
+            content=content,
+        )
+        for sid, (turn, content) in zip(session_ids, turns, strict=True)
+    ]
+    Message.objects.bulk_create(messages)
+    if len(session_ids) == 1:  # a lone send: no CASE to build
+        Session.objects.filter(pk=session_ids[0]).update(active_seq=messages[0].seq)
+    else:
+        Session.objects.filter(pk__in=session_ids).update(
+            active_seq=Case(*(When(pk=sid, then=Value(taken[sid][0])) for sid in session_ids))
+        )
+    return messages
 
 
 def _as_uuid(value: uuid.UUID | str) -> uuid.UUID:

@@ -71,24 +71,31 @@ class _Facts:
 
 
 def _facts_query(user_id: int, model: str, provider: str) -> QuerySet:
+    return _annotated_facts(get_user_model().objects.filter(pk=user_id), model, provider)[:1]
+
+
+def _facts_query_many(user_ids: list[int], model: str, provider: str) -> QuerySet:
+    """(user id, then `_facts_query`'s columns) of each of `user_ids`."""
+    users = get_user_model().objects.filter(pk__in=user_ids)
+    return _annotated_facts(users, model, provider, leading=("pk",))
+
+
+def _annotated_facts(
+    users: QuerySet, model: str, provider: str, leading: tuple[str, ...] = ()
+) -> QuerySet:
     user = OuterRef("pk")
     policies = TeamModelPolicy.objects.filter(team__user=user)
-    return (
-        get_user_model()
-        .objects.filter(pk=user_id)
-        .annotate(
-            curated=Exists(
-                MatrixModel.objects.filter(
-                    Q(groups__isnull=True) | Q(groups__user=user), model_id=model, enabled=True
-                )
-            ),
-            any_key=Exists(policies.filter(custom_models=Custom.ANY_KEY)),
-            own_key=Exists(policies.filter(custom_models=Custom.OWN_KEY)),
-            any_policy=Exists(policies),
-            own_profile=Exists(ProviderProfile.objects.filter(owner=user, provider=provider)),
-        )
-        .values_list("curated", "any_key", "own_key", "any_policy", "own_profile")[:1]
-    )
+    return users.annotate(
+        curated=Exists(
+            MatrixModel.objects.filter(
+                Q(groups__isnull=True) | Q(groups__user=user), model_id=model, enabled=True
+            )
+        ),
+        any_key=Exists(policies.filter(custom_models=Custom.ANY_KEY)),
+        own_key=Exists(policies.filter(custom_models=Custom.OWN_KEY)),
+        any_policy=Exists(policies),
+        own_profile=Exists(ProviderProfile.objects.filter(owner=user, provider=provider)),
+    ).values_list(*leading, "curated", "any_key", "own_key", "any_policy", "own_profile")
 
 
 # Compiled once: building this query's SQL cost seven times running it (openworker.prepared_query).
@@ -105,6 +112,10 @@ def _facts(user_id: int, model: str, provider: str) -> _Facts:
     row = _FACTS.first(user_id=user_id, model=model, provider=provider)
     if row is None:
         raise get_user_model().DoesNotExist(f"no user {user_id}")
+    return _facts_of(row)
+
+
+def _facts_of(row: Any) -> _Facts:
     curated, any_key, own_key, any_policy, own_profile = row
     if not any_policy:
         mode = settings.CUSTOM_MODELS_DEFAULT
@@ -126,6 +137,47 @@ def _decide(user_id: int, model: str, check_own_key: bool) -> ModelDecision:
     injected (tests and benchmarks bring their own credentials).
     """
     model = (model or "").strip()
+    malformed = _malformed(model)
+    if malformed is not None:
+        return malformed
+    provider = split_model(model, default_provider=settings.DEFAULT_PROVIDER)[0]
+    return _decision(model, provider, _facts(user_id, model, provider), check_own_key)
+
+
+def model_decide_many(pairs: list[tuple[int, str]]) -> list[ModelDecision]:
+    """`model_decide` for many (user id, model) pairs, in order (a burst of sends): one
+    query per distinct model, not one per pair. A pair whose user is unknown is refused."""
+    decisions: list[ModelDecision | None] = [None] * len(pairs)
+    wanted: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for index, (user_id, raw) in enumerate(pairs):
+        model = (raw or "").strip()
+        decisions[index] = _malformed(model)
+        if decisions[index] is None:
+            provider = split_model(model, default_provider=settings.DEFAULT_PROVIDER)[0]
+            wanted.setdefault((model, provider), []).append((index, user_id))
+    for (model, provider), asking in wanted.items():
+        found: dict[int, _Facts] = {}
+        if len(asking) == 1:  # a lone send: the query compiled once
+            row = _FACTS.first(user_id=asking[0][1], model=model, provider=provider)
+            if row is not None:
+                found[asking[0][1]] = _facts_of(row)
+        else:
+            users = [user_id for _, user_id in asking]
+            found = {
+                row[0]: _facts_of(row[1:]) for row in _facts_query_many(users, model, provider)
+            }
+        for index, user_id in asking:
+            facts = found.get(user_id)
+            decisions[index] = (
+                _decision(model, provider, facts, True)
+                if facts is not None
+                else ModelDecision(model, False, False, False, "Unknown user.")
+            )
+    return [decision for decision in decisions if decision is not None]
+
+
+def _malformed(model: str) -> ModelDecision | None:
+    """The refusal of a model id that is none (empty, too long), else None."""
     if not model:
         return ModelDecision(model, False, False, False, "Choose a model.")
     if len(model) > MAX_MODEL_ID_CHARS:
@@ -136,8 +188,10 @@ def _decide(user_id: int, model: str, check_own_key: bool) -> ModelDecision:
             False,
             f"Model ids are at most {MAX_MODEL_ID_CHARS} characters.",
         )
-    provider = split_model(model, default_provider=settings.DEFAULT_PROVIDER)[0]
-    facts = _facts(user_id, model, provider)
+    return None
+
+
+def _decision(model: str, provider: str, facts: _Facts, check_own_key: bool) -> ModelDecision:
     if facts.curated:
         return ModelDecision(model, True, True, True)
     if facts.mode == Custom.ANY_KEY:

@@ -33,6 +33,17 @@ def publish(session_id: object, event: dict[str, Any]) -> None:
     async_to_sync(apublish)(session_id, event)
 
 
+def publish_many(notices: list[tuple[object, dict[str, Any]]]) -> None:
+    """`publish` of many (session, event) notices in one hop to the event loop (a batch
+    of sends: `runtime.turns.commands.turns_send`), queued together."""
+    if notices:
+        async_to_sync(_apublish_many)(notices)
+
+
+async def _apublish_many(notices: list[tuple[object, dict[str, Any]]]) -> None:
+    await asyncio.gather(*(publish_soon(session_id, event) for session_id, event in notices))
+
+
 def publish_soon(session_id: object, event: dict[str, Any]) -> Awaitable[None]:
     """Queue a publish now, in call order, and return what to await for its outcome.
 

@@ -9,7 +9,9 @@ there is `runtime.store.turn_state`.
 
 from __future__ import annotations
 
+import logging
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -24,12 +26,21 @@ from openworker.runtime.live import events
 from openworker.runtime.store import local_cancel, turn_state
 from openworker.runtime.turns import runner, watchdog
 from providers.capabilities import split_model
+from providers.edge.model_policy import model_decide_many
 from providers.registry import ANTHROPIC_MESSAGES, BEDROCK_CONVERSE, get_descriptor
 from sessions import selectors
 from sessions.models import Attachment, Message, Session, Turn, UserLimits
-from sessions.services import TurnRefused, message_insert, model_check
+from sessions.services import (
+    TurnRefused,
+    message_insert,
+    model_check,
+    turns_first_messages_insert,
+)
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
+    "SendRequest",
     "TurnRefused",
     "attachment_parts",
     "branch_switch",
@@ -41,6 +52,7 @@ __all__ = [
     "turn_retry",
     "turn_send",
     "turn_start",
+    "turns_send",
     "user_month_spend",
 ]
 
@@ -64,64 +76,129 @@ def _turn_start(
     attachments: list[dict[str, Any]] | None,
     model: str | None,
 ) -> tuple[Turn, Message]:
+    new = _new_turn(session=session, text=text, attachments=attachments, model=model)
+    refused = _admit_many([session])[0]
+    if refused is not None:
+        raise refused
+    return _start_many([new])[0]
+
+
+@dataclass(frozen=True)
+class _NewTurn:
+    session: Session
+    model: str
+    content: Any
+
+
+def _new_turn(
+    *, session: Session, text: str, attachments: list[dict[str, Any]] | None, model: str | None
+) -> _NewTurn:
     text = (text or "").strip()
     if not text and not attachments:
         raise TurnRefused("Type a message or attach a file.")
-    _admit(session, busy_ok=False)
-    model = (model or session.model or settings.DEFAULT_MODEL).strip()
     content: Any = text
     if attachments:
         content = ([{"type": "text", "text": text}] if text else []) + list(attachments)
+    model = (model or session.model or settings.DEFAULT_MODEL).strip()
+    return _NewTurn(session=session, model=model, content=content)
+
+
+def _start_many(new: list[_NewTurn]) -> list[tuple[Turn, Message]]:
+    """Write the turns and their messages in one transaction (each session once), and
+    hand each turn to the runner once it commits."""
     with transaction.atomic():
-        if model != session.model:
-            Session.objects.filter(pk=session.pk).update(model=model)
-        turn = Turn.objects.create(session=session, model=model)
-        message, _ = message_insert(
-            session_id=session.pk,
-            fields={"turn_id": turn.pk, "role": "user", "content": content},
-            dedupe_key=f"{turn.pk}:user",
-            new_key=True,
+        for item in new:
+            if item.model != item.session.model:
+                Session.objects.filter(pk=item.session.pk).update(model=item.model)
+        turns = [Turn(session=item.session, model=item.model) for item in new]
+        messages = turns_first_messages_insert(
+            turns=[(turn, item.content) for turn, item in zip(turns, new, strict=True)]
         )
-        runner.turn_enqueue(turn.pk)
-    return turn, message
+        for turn in turns:
+            runner.turn_enqueue(turn.pk)
+    return list(zip(turns, messages, strict=True))
 
 
 def _admit(session: Session, *, busy_ok: bool) -> None:
-    """The user's limits: a turn of this session already active (unless `busy_ok`: a
-    branch command from a tab that had not seen it, docs/PROTOCOL.md "Concurrency"), the
-    concurrent-turn cap and the monthly budget. TurnRefused saying which."""
-    limit, budget = _user_limits(session.owner_id)
-    # One query answers both checks: the sessions of the user's active turns, and whether
-    # each one's worker is alive.
-    cutoff = timezone.now() - timedelta(seconds=turn_state.LEASE_SECONDS)
-    active = _ACTIVE_TURNS.rows(owner_id=session.owner_id)
-    if not busy_ok and session.pk in {session_id for session_id, _, _ in active}:
-        raise TurnRefused("This session is still working on the previous message.")
+    """`_admit_many` for one session, raising its refusal."""
+    refused = _admit_many([session], busy_ok=busy_ok)[0]
+    if refused is not None:
+        raise refused
+
+
+def _admit_many(sessions: list[Session], *, busy_ok: bool = False) -> list[TurnRefused | None]:
+    """The users' limits, for a new turn in each of `sessions` in order (a refusal or None
+    each): a turn of that session already active (unless `busy_ok`: a branch command from
+    a tab that had not seen it, docs/PROTOCOL.md "Concurrency"), the concurrent-turn cap
+    and the monthly budget. Two queries however many users (each user's spend one more,
+    when they have a budget); a turn admitted earlier in the list counts as active."""
+    owners = sorted({session.owner_id for session in sessions})
+    limits = _limits_of(owners)
+    active = _active_turns_of(owners)
     # A running turn whose worker stopped beating is not running anything: the sweeper
     # is about to mark it interrupted, and it must not hold a place of the user's limit
     # meanwhile (cancelled and other ended turns never count).
-    holding = [
-        session_id
-        for session_id, status, beat in active
-        if status != Turn.Status.RUNNING or (beat is not None and beat >= cutoff)
-    ]
-    if len(holding) >= limit:
-        raise TurnRefused(f"You already have {limit} replies running; wait for one to finish.")
-    if budget is not None and user_month_spend(user_id=session.owner_id) >= budget:
-        raise TurnRefused("You have reached this month's spending limit; ask an admin to raise it.")
+    cutoff = timezone.now() - timedelta(seconds=turn_state.LEASE_SECONDS)
+    busy: set[Any] = set()
+    holding: dict[int, int] = dict.fromkeys(owners, 0)
+    for owner_id, session_id, status, beat in active:
+        busy.add(session_id)
+        if status != Turn.Status.RUNNING or (beat is not None and beat >= cutoff):
+            holding[owner_id] += 1
+    spent: dict[int, Decimal] = {}
+    refusals: list[TurnRefused | None] = []
+    for session in sessions:
+        owner_id = session.owner_id
+        limit, budget = limits.get(owner_id, (None, None))
+        limit = limit or settings.MAX_CONCURRENT_TURNS_PER_USER
+        if not busy_ok and session.pk in busy:
+            refusals.append(TurnRefused("This session is still working on the previous message."))
+            continue
+        if holding[owner_id] >= limit:
+            refusals.append(
+                TurnRefused(f"You already have {limit} replies running; wait for one to finish.")
+            )
+            continue
+        if budget is not None:
+            if owner_id not in spent:
+                spent[owner_id] = user_month_spend(user_id=owner_id)
+            if spent[owner_id] >= budget:
+                refusals.append(
+                    TurnRefused(
+                        "You have reached this month's spending limit; ask an admin to raise it."
+                    )
+                )
+                continue
+        busy.add(session.pk)
+        holding[owner_id] += 1
+        refusals.append(None)
+    return refusals
 
 
-def _user_limits(user_id: int) -> tuple[int, Decimal | None]:
-    """(concurrent turns allowed, monthly budget or None): the user's limits row, else the
-    site default for concurrency and no budget."""
-    row = _LIMITS.first(user_id=user_id)
-    concurrent = settings.MAX_CONCURRENT_TURNS_PER_USER
-    if row is not None and row[0]:
-        concurrent = row[0]
-    return concurrent, (row[1] if row is not None else None)
+def _limits_of(owners: list[int]) -> dict[int, tuple[int | None, Decimal | None]]:
+    """{user id: (concurrent turns allowed or None for the site default, monthly budget or
+    None)} of the users with a limits row."""
+    if len(owners) == 1:  # a lone send: the query compiled once
+        row = _LIMITS.first(user_id=owners[0])
+        return {owners[0]: (row[0], row[1])} if row is not None else {}
+    rows = UserLimits.objects.filter(user_id__in=owners).values_list(
+        "user_id", "max_concurrent_turns", "monthly_budget"
+    )
+    return {user_id: (concurrent, budget) for user_id, concurrent, budget in rows}
 
 
-# Every send asks both, so they are compiled once (openworker.prepared_query).
+def _active_turns_of(owners: list[int]) -> list[tuple[int, Any, str, Any]]:
+    """(owner, session, status, heartbeat) of the users' active turns."""
+    if len(owners) == 1:
+        return [(owners[0], *row) for row in _ACTIVE_TURNS.rows(owner_id=owners[0])]
+    return list(
+        Turn.objects.filter(session__owner_id__in=owners, status__in=Turn.ACTIVE).values_list(
+            "session__owner_id", "session_id", "status", "heartbeat_at"
+        )
+    )
+
+
+# A lone send asks both, so they are compiled once (openworker.prepared_query).
 _ACTIVE_TURNS = PreparedQuery(
     lambda owner_id: Turn.objects.filter(
         session__owner_id=owner_id, status__in=Turn.ACTIVE
@@ -190,19 +267,111 @@ def turn_send(
     model: str | None = None,
 ) -> Turn:
     """The user sends a message: validate, start the turn, tell the session's sockets."""
-    if session.owner_id != user.pk:
-        raise TurnRefused("Unknown session.")
-    if len(text) > settings.MAX_MESSAGE_CHARS:
-        raise TurnRefused(f"Messages are limited to {settings.MAX_MESSAGE_CHARS} characters.")
-    # The one model policy (providers.edge.model_policy), before anything is written.
-    model = model_check(user=user, model=model or session.model or settings.DEFAULT_MODEL)
-    parts = attachment_parts(user=user, attachment_ids=attachment_ids) if attachment_ids else []
-    turn, message = _turn_start(session=session, text=text, attachments=parts, model=model)
-    payload = selectors.message_payload(message)
-    transaction.on_commit(
-        lambda: events.publish(session.pk, {"type": "message.user", "message": payload})
+    sent = turns_send(
+        sends=[
+            SendRequest(
+                session=session, user=user, text=text, attachment_ids=attachment_ids, model=model
+            )
+        ]
+    )[0]
+    if isinstance(sent, Exception):
+        raise sent
+    return sent
+
+
+@dataclass(frozen=True)
+class SendRequest:
+    """One user's `send` (the session socket's message)."""
+
+    session: Session
+    user: Any
+    text: str
+    attachment_ids: list[str] | None = None
+    model: str | None = None
+
+
+def turns_send(*, sends: list[SendRequest]) -> list[Turn | Exception]:
+    """Many sends at once (the sends a Daphne received together: `runtime.turns.
+    send_batch`), each answered as `turn_send` would: its turn, or why it was refused.
+    The checks are each send's (the model policy a query each), the limits two queries for
+    all, and the writes one transaction of four statements for all: a burst of a thousand
+    sends no longer waits for ten round trips per send on one thread. If the batch's
+    writes fail (a session deleted meanwhile), each send is written alone, so one failure
+    is only its own (a database error of a send written alone is that send's answer)."""
+    results: list[Turn | Exception | None] = [None] * len(sends)
+    asking: list[int] = []
+    for index, send in enumerate(sends):
+        if send.session.owner_id != send.user.pk:
+            results[index] = TurnRefused("Unknown session.")
+        elif not isinstance(send.text, str) or len(send.text) > settings.MAX_MESSAGE_CHARS:
+            results[index] = TurnRefused(
+                f"Messages are limited to {settings.MAX_MESSAGE_CHARS} characters."
+            )
+        else:
+            asking.append(index)
+    # The one model policy (providers.edge.model_policy), before anything is written: one
+    # query for the lot per model asked for.
+    decisions = model_decide_many(
+        [
+            (sends[i].user.pk, sends[i].model or sends[i].session.model or settings.DEFAULT_MODEL)
+            for i in asking
+        ]
     )
-    return turn
+    checked: list[tuple[int, _NewTurn]] = []
+    for index, decision in zip(asking, decisions, strict=True):
+        send = sends[index]
+        try:
+            if not decision.allowed:
+                raise TurnRefused(decision.reason)
+            ids = send.attachment_ids
+            parts = attachment_parts(user=send.user, attachment_ids=ids) if ids else []
+            new = _new_turn(
+                session=send.session, text=send.text, attachments=parts, model=decision.model
+            )
+        except TurnRefused as exc:
+            results[index] = exc
+            continue
+        checked.append((index, new))
+    refusals = _admit_many([new.session for _, new in checked])
+    admitted = []
+    for (index, new), refused in zip(checked, refusals, strict=True):
+        if refused is not None:
+            results[index] = refused
+        else:
+            admitted.append((index, new))
+    if len(admitted) > 1:
+        try:
+            started = _start_many([new for _, new in admitted])
+        except Exception:
+            logger.warning("a batch of %d sends failed; sending each alone", len(admitted))
+            started = None
+        if started is not None:
+            _announce(started)
+            for (index, _), (turn, _) in zip(admitted, started, strict=True):
+                results[index] = turn
+            admitted = []
+    for index, new in admitted:
+        try:
+            started = _start_many([new])
+        except Session.DoesNotExist:
+            results[index] = TurnRefused("Unknown session.")
+            continue
+        except Exception as exc:
+            results[index] = exc
+            continue
+        _announce(started)
+        results[index] = started[0][0]
+    assert all(result is not None for result in results)
+    return results  # type: ignore[return-value]
+
+
+def _announce(started: list[tuple[Turn, Message]]) -> None:
+    """Tell each session's sockets of its user's message, once the writes commit."""
+    notices = [
+        (turn.session_id, {"type": "message.user", "message": selectors.message_payload(message)})
+        for turn, message in started
+    ]
+    transaction.on_commit(lambda: events.publish_many(notices))
 
 
 def turn_request_stop(*, turn: Turn) -> Turn:
