@@ -126,14 +126,14 @@ async def test_a_socket_whose_send_waits_for_the_database_does_not_poll_for_turn
 
     asked_while_sending: list[int] = []
 
-    def slow_send(**kwargs):
+    def slow_sends(*, sends):
         before = len(polls)
         time.sleep(0.6)  # a database queue behind many other sends
         asked_while_sending.append(len(polls) - before)
-        raise consumers.commands.TurnRefused("refused after the wait")
+        return [consumers.commands.TurnRefused("refused after the wait") for _ in sends]
 
     monkeypatch.setattr(consumers, "socket_db", recording_wrap)
-    monkeypatch.setattr(consumers.commands, "turn_send", slow_send)
+    monkeypatch.setattr(consumers.commands, "turns_send", slow_sends)
     session = await Session.objects.acreate(owner=owner, model="anthropic:claude-test-1")
     ws = await open_socket(owner, session)
     await asyncio.sleep(0.2)

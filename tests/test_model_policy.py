@@ -11,7 +11,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.models import Group
 from django.urls import reverse
 
-from providers.edge.model_policy import custom_mode, model_decide
+from providers.edge.model_policy import custom_mode, model_decide, model_decide_many
 from providers.edge.models import MatrixModel, ProviderProfile, TeamModelPolicy
 from providers.edge.secret_store import UserSecretStore
 from sessions.models import Message, Session, Turn, UserPreferences
@@ -49,6 +49,31 @@ def team_policy(user, mode: str, name: str = "team") -> Group:  # type: ignore[n
 
 
 # --- the decision ------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_decisions_for_many_users_at_once_equal_each_decided_alone(owner, teammate, matrix):
+    """A burst of sends asks the policy for many users together: the same answers, one
+    query per model asked for."""
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    org_key()
+    point_provider_at(owner, "anthropic", "https://mine.invalid")
+    team_policy(teammate, TeamModelPolicy.Custom.OFF)
+    third = get_user_model().objects.create_user("carol", password=None)
+    team_policy(third, TeamModelPolicy.Custom.ANY_KEY, name="wide")
+    pairs = [
+        (user.pk, model) for model in (OFFERED, HIDDEN, CUSTOM) for user in (owner, teammate, third)
+    ] + [(owner.pk, "  "), (owner.pk, "x" * 500), (10**9, OFFERED)]
+    with CaptureQueriesContext(connection) as queries:
+        together = model_decide_many(pairs)
+    assert len(queries.captured_queries) == 3  # one per well-formed model id
+    alone = [model_decide(user=get_user_model()(pk=user_id), model=m) for user_id, m in pairs[:-1]]
+    assert together[:-1] == alone
+    assert {d.allowed for d in together[:9]} == {True, False}  # the mix is a real one
+    assert not together[-1].allowed and together[-1].reason == "Unknown user."
 
 
 @pytest.mark.django_db

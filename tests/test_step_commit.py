@@ -126,8 +126,8 @@ class StepCommitContract:
             "SELECT",  # the model policy: a curated model offered to the user's teams
             "SELECT",  # the user's limits
             "SELECT",  # the sessions of their active turns
+            "UPDATE",  # the session's next sequence number (none: the session is gone)
             "INSERT",  # the turn
-            "UPDATE",  # the session's next sequence number
             "INSERT",  # the message, under the active leaf the UPDATE returned
             "UPDATE",  # the active leaf: the new message
         ], sql

@@ -94,7 +94,7 @@ async def test_an_unexpected_failure_is_logged_answered_and_the_socket_survives(
     def broken(**kwargs):
         raise RuntimeError("boom in turn_send")
 
-    monkeypatch.setattr(commands, "turn_send", broken)
+    monkeypatch.setattr(commands, "turns_send", broken)
     session = await Session.objects.acreate(owner=owner)
     ws = await socket(owner, session)
     with caplog.at_level(logging.ERROR, logger="sessions.consumers"):
