@@ -293,8 +293,8 @@ class SendRequest:
 def turns_send(*, sends: list[SendRequest]) -> list[Turn | Exception]:
     """Many sends at once (the sends a Daphne received together: `runtime.turns.
     send_batch`), each answered as `turn_send` would: its turn, or why it was refused.
-    The checks are each send's (the model policy a query each), the limits two queries for
-    all, and the writes one transaction of four statements for all: a burst of a thousand
+    The model policy is one query per model asked for, the limits two queries, and the
+    writes one transaction of four statements, for all of them: a burst of a thousand
     sends no longer waits for ten round trips per send on one thread. If the batch's
     writes fail (a session deleted meanwhile), each send is written alone, so one failure
     is only its own (a database error of a send written alone is that send's answer)."""
