@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 # The collector as CPython ships it (openworker/gc_tuning.py): in this process and in
 # the Daphne and Celery processes the distributed tests start, which inherit it.
@@ -11,25 +14,31 @@ import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.db.backends.signals import connection_created
 
 from tests.fakes.fixtures import anthropic_fake, openai_fake  # noqa: F401
 from tests.support import procs
 
 
-def _readers_do_not_wait_for_writers(sender, connection, **kwargs):  # type: ignore[no-untyped-def]
-    """The embedded phase's test database is SQLite in memory, in shared-cache mode, where
-    a read that meets another connection's open write (a turn's heartbeat on its own
-    thread) fails at once with "database table is locked": the busy timeout does not
-    cover shared-cache table locks. `make run`'s file database is in WAL mode, where a
-    reader never waits for a writer; uncommitted reads give the test database the same
-    property (readers may see a write in flight, which no test relies on)."""
-    if connection.vendor == "sqlite" and connection.is_in_memory_db():
-        with connection.cursor() as cursor:
-            cursor.execute("PRAGMA read_uncommitted = 1")
-
-
-connection_created.connect(_readers_do_not_wait_for_writers)
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(request, tmp_path_factory):  # type: ignore[no-untyped-def]
+    """The embedded phase's test database is a SQLite file, as `make run`'s is: WAL,
+    IMMEDIATE transactions and the busy timeout (settings.DATABASES) then hold in tests as
+    they do in the product. Django's default, SQLite in memory in shared-cache mode, fails
+    a write that meets another connection's open write (a turn's heartbeat on its own
+    thread) at once with "database table is locked": the busy timeout does not cover
+    shared-cache table locks, so tests failed on a collision the product waits out."""
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] != "django.db.backends.sqlite3":
+        return
+    # In memory all the same where the machine has a tmpfs: a file on disk made the
+    # embedded phase about a fifth slower (each transactional test empties every table).
+    shared_memory = Path("/dev/shm")
+    if shared_memory.is_dir() and os.access(shared_memory, os.W_OK):
+        folder = Path(tempfile.mkdtemp(prefix="openworker-tests-", dir=shared_memory))
+        request.addfinalizer(lambda: shutil.rmtree(folder, ignore_errors=True))
+    else:
+        folder = tmp_path_factory.mktemp("sqlite")
+    database.setdefault("TEST", {})["NAME"] = str(folder / "test.sqlite3")
 
 
 @pytest.fixture
