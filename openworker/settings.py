@@ -287,7 +287,10 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 # The turn task lives with the runtime, outside any app autodiscovery looks in. Its name
 # predates the move (runtime.turns.tasks.RUN_TURN_TASK).
 CELERY_IMPORTS = ("openworker.runtime.turns.tasks", "openworker.runtime.turns.watchdog")
-CELERY_TASK_ROUTES = {"sessions.tasks.run_turn_task": {"queue": "turns"}}
+CELERY_TASK_ROUTES = {
+    "sessions.tasks.run_turn_task": {"queue": "turns"},
+    "openworker.run_turns": {"queue": "turns"},
+}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A Redis restart: the worker reconnects for as long as it takes (never exits), keeps

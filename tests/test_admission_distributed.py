@@ -6,6 +6,7 @@ every token, each run once."""
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -74,3 +75,37 @@ def test_a_burst_beyond_a_workers_capacity_waits_its_turn_and_loses_nothing(
     assert len(anthropic_fake.requests) == BURST
     assert Message.objects.filter(role="assistant").count() == BURST
     assert set(Turn.objects.values_list("attempts", flat=True)) == {1}
+
+
+def test_a_burst_written_together_reaches_the_worker_as_one_message_and_each_turn_runs_once(
+    distributed_env: dict[str, str], anthropic_fake: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from openworker.runtime.turns import commands, tasks
+
+    sent = []
+    delay = tasks.run_turns_task.delay
+    monkeypatch.setattr(tasks.run_turns_task, "delay", lambda ids: sent.append(ids) or delay(ids))
+    for _ in range(BURST):
+        anthropic_fake.push(Reply(drip(0.05), *[text(w) for w in WORDS]))
+    sends = []
+    for index in range(BURST):
+        user = get_user_model().objects.create_user(f"together-{index}", password=None)
+        point_provider_at(user, "anthropic", anthropic_fake.base_url)
+        session = Session.objects.create(owner=user, model=MODEL)
+        sends.append(commands.SendRequest(session=session, user=user, text="stream, please"))
+    env = {**distributed_env, "OPENWORKER_TURNS_PER_PROCESS": "2"}
+
+    with procs.celery_worker(env, concurrency=2):
+        turns = commands.turns_send(sends=sends)
+        deadline = time.monotonic() + 90
+        while Turn.objects.exclude(status__in=["completed", "failed", "interrupted"]).exists():
+            assert time.monotonic() < deadline, list(Turn.objects.values_list("status", flat=True))
+            time.sleep(0.2)
+
+    # One message for the five; each turn ran once, within the worker's two places.
+    assert sent == [[str(turn.pk) for turn in turns]]
+    assert set(Turn.objects.values_list("status", flat=True)) == {"completed"}
+    assert set(Turn.objects.values_list("attempts", flat=True)) == {1}
+    assert len(anthropic_fake.requests) == BURST
+    replies = Message.objects.filter(role="assistant").values_list("content", flat=True)
+    assert list(replies) == ["".join(WORDS)] * BURST

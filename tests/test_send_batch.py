@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from openworker.runtime.turns import commands, send_batch
@@ -91,7 +91,7 @@ def test_a_burst_of_sends_is_written_in_four_statements_on_postgresql(
     assert connection.vendor == "postgresql"
     from openworker.runtime.turns import runner
 
-    monkeypatch.setattr(runner, "_dispatch", lambda turn_id: None)
+    monkeypatch.setattr(runner, "_dispatch", lambda turn_ids: None)
     monkeypatch.setattr(commands.events, "publish_many", lambda notices: None)
     _a_burst_is_written_together()
 
@@ -154,7 +154,7 @@ def test_a_session_deleted_before_the_write_refuses_only_its_own_send_on_postgre
 ) -> None:
     from openworker.runtime.turns import runner
 
-    monkeypatch.setattr(runner, "_dispatch", lambda turn_id: None)
+    monkeypatch.setattr(runner, "_dispatch", lambda turn_ids: None)
     monkeypatch.setattr(commands.events, "publish_many", lambda notices: None)
     _a_deleted_session_refuses_only_its_send()
 
@@ -242,3 +242,35 @@ def test_a_batch_is_at_most_max_batch_sends(monkeypatch: pytest.MonkeyPatch) -> 
 
     assert asyncio.run(burst()) == [f"turn:{i}" for i in range(7)]
     assert [len(b) for b in writes.batches] == [3, 3, 1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_bursts_turns_go_to_the_workers_together_in_messages_of_at_most_twenty(
+    monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    from openworker.runtime.turns import runner, tasks
+
+    settings.DISTRIBUTED = True
+    one, many = [], []
+    monkeypatch.setattr(tasks.run_turn_task, "delay", one.append)
+    monkeypatch.setattr(tasks.run_turns_task, "delay", many.append)
+    monkeypatch.setattr(commands.events, "publish_many", lambda notices: None)
+    senders = [_user_with_session(f"user-{i}") for i in range(45)]
+    results = commands.turns_send(
+        sends=[commands.SendRequest(session=s, user=u, text="hi") for u, s in senders]
+    )
+    ids = [str(turn.pk) for turn in results]
+
+    # After the commit, in order: 20, 20 and 5 turns, one message each.
+    assert one == []
+    assert [len(chunk) for chunk in many] == [20, 20, 5]
+    assert [turn_id for chunk in many for turn_id in chunk] == ids
+    # A turn alone keeps the one-turn task (the name older deploys' messages carry).
+    user, session = _user_with_session("alone")
+    turn = commands.turn_send(session=session, user=user, text="hi")
+    assert one == [str(turn.pk)] and len(many) == 3
+    # Nothing leaves before the commit: a rolled-back write sends nothing.
+    with pytest.raises(RuntimeError), transaction.atomic():
+        runner.turns_enqueue(ids[:3])
+        raise RuntimeError
+    assert len(many) == 3

@@ -114,6 +114,7 @@ def test_celery_is_configured_for_long_io_bound_turns():
     visibility = app.conf.broker_transport_options["visibility_timeout"]
     assert visibility > app.conf.task_time_limit == settings.TURN_TIME_LIMIT_SECONDS
     assert app.conf.task_routes["sessions.tasks.run_turn_task"]["queue"] == "turns"
+    assert app.conf.task_routes["openworker.run_turns"]["queue"] == "turns"
     assert app.conf.task_serializer == "json"
 
 

@@ -32,7 +32,7 @@ def lost_tasks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every turn handed to the runner while this is active loses its task (as the
     broker's queue does when Redis restarts empty)."""
     lost: list[str] = []
-    monkeypatch.setattr(runner, "_dispatch", lost.append)
+    monkeypatch.setattr(runner, "_dispatch", lost.extend)
     return lost
 
 
@@ -72,7 +72,7 @@ async def test_a_queued_turn_whose_task_was_lost_runs_after_a_sweep_and_a_duplic
     anthropic_fake.push(Reply(text("Back again.")))
     session = await sync_to_async(make_session)(owner, anthropic_fake)
     lost: list[str] = []
-    monkeypatch.setattr(runner, "_dispatch", lost.append)
+    monkeypatch.setattr(runner, "_dispatch", lost.extend)
     turn = await sync_to_async(commands.turn_send)(session=session, user=owner, text="hi")
     monkeypatch.undo()
     assert lost == [str(turn.pk)]

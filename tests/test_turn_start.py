@@ -33,7 +33,7 @@ def _queued_turn(owner: Any, fake: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     # The curated models as a running process has them (memoised, reloaded on change).
     curated_matrix()
     fake.push(Reply(text("Hello.")))
-    monkeypatch.setattr(runner, "_dispatch", lambda turn_id: None)
+    monkeypatch.setattr(runner, "_dispatch", lambda turn_ids: None)
     return str(commands.turn_send(session=session, user=owner, text="hello").pk)
 
 

@@ -114,8 +114,7 @@ def _start_many(new: list[_NewTurn]) -> list[tuple[Turn, Message]]:
         messages = turns_first_messages_insert(
             turns=[(turn, item.content) for turn, item in zip(turns, new, strict=True)]
         )
-        for turn in turns:
-            runner.turn_enqueue(turn.pk)
+        runner.turns_enqueue(turn.pk for turn in turns)
     return list(zip(turns, messages, strict=True))
 
 

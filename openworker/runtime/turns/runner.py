@@ -2,7 +2,9 @@
 
 - Distributed: a Celery task on the `turns` queue, enqueued once the transaction that
   queued the turn commits; the task runs the coroutine to completion on the worker
-  process's one turn loop (`worker_loop`), blocking its Celery thread meanwhile.
+  process's one turn loop (`worker_loop`), blocking its Celery thread meanwhile. The
+  turns one transaction queued (a burst's sends, written together) share a message, at
+  most TURNS_PER_MESSAGE to one.
 - Embedded: an asyncio task on Daphne's own event loop (the in-memory channel layer is
   bound to that loop; threads talking to it stall). Tasks are cancelled, and their turns
   marked interrupted, when Daphne shuts down.
@@ -19,6 +21,7 @@ import asyncio
 import contextvars
 import logging
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
@@ -26,23 +29,41 @@ from django.db import transaction
 
 from openworker.runtime.agent.tools import mcp_pool
 from openworker.runtime.turns.admission import run_admitted
-from openworker.runtime.turns.tasks import run_turn_task
+from openworker.runtime.turns.tasks import run_turn_task, run_turns_task
 
 logger = logging.getLogger(__name__)
+
+# The most turns one Celery message carries. A message costs the sender about 1.5 ms of
+# CPU (kombu's envelope, its encoding, the LPUSH) and the worker's Celery thread a
+# receive, a hand-off to a pool thread and an ack: per turn, that was most of what a
+# batched send still cost Daphne (bench/turn_start.py). Small enough that a burst is
+# still spread over several workers, each message going to whichever fetches it.
+TURNS_PER_MESSAGE = 20
 
 
 def turn_enqueue(turn_id: uuid.UUID | str) -> None:
     """Start the turn after the current transaction commits (never before: the worker
     must find the rows)."""
-    turn_id = str(turn_id)
-    transaction.on_commit(lambda: _dispatch(turn_id))
+    turns_enqueue([turn_id])
 
 
-def _dispatch(turn_id: str) -> None:
-    if settings.DISTRIBUTED:
-        run_turn_task.delay(turn_id)
-    else:
-        embedded_runner.schedule(turn_id)
+def turns_enqueue(turn_ids: Iterable[uuid.UUID | str]) -> None:
+    """Start these turns after the current transaction commits, in this order."""
+    ids = [str(turn_id) for turn_id in turn_ids]
+    if ids:
+        transaction.on_commit(lambda: _dispatch(ids))
+
+
+def _dispatch(turn_ids: list[str]) -> None:
+    if not settings.DISTRIBUTED:
+        for turn_id in turn_ids:
+            embedded_runner.schedule(turn_id)
+        return
+    if len(turn_ids) == 1:
+        run_turn_task.delay(turn_ids[0])
+        return
+    for start in range(0, len(turn_ids), TURNS_PER_MESSAGE):
+        run_turns_task.delay(turn_ids[start : start + TURNS_PER_MESSAGE])
 
 
 class EmbeddedRunner:

@@ -53,8 +53,7 @@ def _expire_leases() -> list[Any]:
 def _redispatch(skip: frozenset[str]) -> list[str]:
     try:
         taken = turn_state.turns_take_stranded(skip=skip)
-        for turn_id in taken:
-            runner.turn_enqueue(turn_id)
+        runner.turns_enqueue(taken)
         return taken
     finally:
         _release()
