@@ -45,6 +45,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -380,7 +381,7 @@ async def drive_floor(upstream: str, k: int) -> list[float]:
 
 def run_k(
     k: int, upstream: str, env: dict[str, str], redis_url: str, workers: int = 1,
-    daphnes: int = 1,
+    daphnes: int = 1, profile: Path | None = None,
 ) -> RunResult:  # fmt: skip
     from tests.support import procs
 
@@ -400,10 +401,17 @@ def run_k(
         }
         pids.update({f"worker-{n}": proc.popen.pid for n, proc in enumerate(pool)})
         monitor = Monitor(pids)
+        profilers = Profilers(pids, profile, k)
+
+        def on_ready() -> None:
+            monitor.start()
+            profilers.start()
+
         try:
-            clients = asyncio.run(drive_websockets(bases, sessions, monitor.start))
+            clients = asyncio.run(drive_websockets(bases, sessions, on_ready))
         finally:
             stats = monitor.stop() if monitor.stats else {}
+            profilers.stop()
         if any(c.status != "completed" for c in clients):
             for n, worker in enumerate(pool):
                 saved = Path(tempfile.gettempdir()) / f"bench-stream-path-worker-{k}-{n}.log"
@@ -411,6 +419,45 @@ def run_k(
                 print(f"K={k}: not every turn completed; worker {n}'s whole log is in {saved}")
     floor = asyncio.run(drive_floor(upstream, k))
     return RunResult(k, clients, floor, stats, burst=burst_spans(clients))
+
+
+class Profilers:
+    """py-spy recording each server process (`--profile DIR`): sampling without pausing
+    it (`--nonblocking`), per thread, as collapsed stacks (`k<K>-<process>.txt`) that
+    `sort`, `grep` or a flame graph tool read."""
+
+    def __init__(self, pids: dict[str, int], folder: Path | None, k: int) -> None:
+        self.pids, self.folder, self.k = pids, folder, k
+        self.running: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        if self.folder is None:
+            return
+        py_spy = Path(sys.executable).parent / "py-spy"
+        if not py_spy.exists():
+            raise SystemExit("--profile needs py-spy in the venv: .venv/bin/pip install py-spy")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for name, pid in self.pids.items():
+            out = self.folder / f"k{self.k}-{name}.txt"
+            command = [
+                str(py_spy), "record", "--pid", str(pid), "--rate", "100", "--nonblocking",
+                "--threads", "--format", "raw", "--output", str(out),
+            ]  # fmt: skip
+            self.running.append(
+                subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
+
+    def stop(self) -> None:
+        for proc in self.running:
+            proc.send_signal(signal.SIGINT)  # py-spy writes its output on Ctrl-C
+        for proc in self.running:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        if self.running:
+            print(f"K={self.k}: py-spy profiles in {self.folder}")
+        self.running.clear()
 
 
 # -- embedded mode ------------------------------------------------------------------------
@@ -626,6 +673,14 @@ def main() -> int:
         default=1,
         help="Celery worker processes (threads pool each); one per core is the usual shape",
     )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="distributed mode: record each server process with py-spy (`pip install "
+        "py-spy`) from the burst to the end of the run, as collapsed stacks in DIR",
+    )
     args = parser.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
     # SIGTERM unwinds like Ctrl-C, so every `finally` stops its processes.
@@ -657,8 +712,11 @@ def main() -> int:
                     results.append(run_embedded_k(k, upstream, env))
                 else:
                     results.append(
-                        run_k(k, upstream, env, args.redis_url, args.workers, args.daphnes)
-                    )
+                        run_k(
+                            k, upstream, env, args.redis_url, args.workers, args.daphnes,
+                            profile=args.profile,
+                        )
+                    )  # fmt: skip
                 load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
                 print(f"K={k} done ({time.monotonic() - started:.0f} s, load {load})", flush=True)
     print()
