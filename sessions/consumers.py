@@ -47,6 +47,11 @@ MAX_FRAME_DEPTH = 8
 # the channel layer may have dropped its latest events (even its final status), and a
 # gap is otherwise only noticed when a later event arrives.
 STALL_SECONDS = 1.0
+# A turn waiting for a worker (its last event `turn.queued`) is silent by design until it
+# starts or its place changes (announced at most every two seconds), so its buffer is
+# re-read only after this long: at K = 1,000, 800 waiting turns re-read every
+# STALL_SECONDS were a tenth of Daphne's CPU (py-spy, bench/stream_path.py --profile).
+QUEUED_STALL_SECONDS = 5.0
 # How often the socket looks for turns it has not heard of at all (started from another
 # tab while every one of their events was dropped).
 ACTIVE_POLL_SECONDS = 5.0
@@ -428,11 +433,15 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             self.gaps.pop(turn_id, None)  # progress: any wait at a gap starts again
         if event.get("type") == "turn.status" and event.get("status") in SETTLED:
             self.tracking.pop(turn_id, None)
+        elif event.get("type") == "turn.queued":
+            self._track(turn_id, quiet=QUEUED_STALL_SECONDS - STALL_SECONDS)
         elif event.get("type") != "turn.status" or event.get("status") == "running":
             self._track(turn_id)
 
-    def _track(self, turn_id: str) -> None:
-        self.tracking[turn_id] = asyncio.get_running_loop().time()
+    def _track(self, turn_id: str, *, quiet: float = 0.0) -> None:
+        """Heard from the turn now; `_watch` re-reads its buffer after STALL_SECONDS of
+        silence, plus `quiet` for a turn expected to be silent."""
+        self.tracking[turn_id] = asyncio.get_running_loop().time() + quiet
 
     async def _watch(self) -> None:
         """Recover from dropped events: re-read the buffer of any active turn that has

@@ -109,6 +109,47 @@ async def test_a_gap_the_worker_repairs_seconds_later_is_filled_in_order(owner, 
     await ws.disconnect()
 
 
+async def test_a_turn_waiting_for_a_worker_is_re_read_rarely_and_a_streaming_one_soon(
+    owner, monkeypatch
+):
+    """A waiting turn is silent by design: its buffer is re-read after
+    QUEUED_STALL_SECONDS, not every STALL_SECONDS (800 waiting turns' re-reads were a
+    tenth of Daphne's CPU). An event dropped after it is still recovered."""
+    monkeypatch.setattr(consumers, "STALL_SECONDS", 0.1)
+    monkeypatch.setattr(consumers, "QUEUED_STALL_SECONDS", 2.0)
+    reads: list[str] = []
+    buffer = get_replay_buffer()
+    real_read = buffer.read_after
+
+    async def recording_read(turn_id, after):
+        reads.append(turn_id)
+        return await real_read(turn_id, after)
+
+    monkeypatch.setattr(buffer, "read_after", recording_read)
+    session = await Session.objects.acreate(owner=owner, model="anthropic:claude-test-1")
+    ws = await open_socket(owner, session)
+    waiting, streaming = str(uuid.uuid4()), str(uuid.uuid4())
+    queued = {"type": "turn.queued", "turn": waiting, "seq": 1, "position": 3}
+    await buffer.append(waiting, 1, queued)
+    await events.apublish(session.pk, queued)
+    await buffer.append(streaming, 1, delta(streaming, 1))
+    await events.apublish(session.pk, delta(streaming, 1))
+    assert await received_seqs(ws, 2) == [1, 1]
+    # Both turns' next events are dropped on the way (in their buffers only).
+    running = {"type": "turn.status", "turn": waiting, "seq": 2, "status": "running"}
+    await buffer.append(waiting, 2, running)
+    await buffer.append(streaming, 2, delta(streaming, 2))
+    reads.clear()
+
+    streamed = await ws.receive_json_from(timeout=5)
+    assert (streamed["turn"], streamed["seq"]) == (streaming, 2)  # within STALL_SECONDS
+    await asyncio.sleep(0.5)
+    assert waiting not in reads, "the waiting turn is not re-read at STALL_SECONDS"
+    started = await ws.receive_json_from(timeout=5)  # after QUEUED_STALL_SECONDS
+    assert (started["turn"], started["seq"], started["status"]) == (waiting, 2, "running")
+    await ws.disconnect()
+
+
 async def test_a_socket_whose_send_waits_for_the_database_does_not_poll_for_turns(
     owner, monkeypatch
 ):
