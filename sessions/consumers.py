@@ -127,6 +127,8 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         )
         # Active turn → loop time this socket last heard of it.
         self.tracking: dict[str, float] = {}
+        # Tracked turns waiting for a worker (their last event `turn.queued`).
+        self.queued: set[str] = set()
         self.deliver_lock = asyncio.Lock()
         # Turn id → loop time this socket first waited at a gap in its events.
         self.gaps: dict[str, float] = {}
@@ -431,16 +433,21 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             await self.frame_send({"type": "websocket.send", "text": json.dumps(event)})
             self.sent[turn_id] = event["seq"]
             self.gaps.pop(turn_id, None)  # progress: any wait at a gap starts again
-        if event.get("type") == "turn.status" and event.get("status") in SETTLED:
+        kind = event.get("type")
+        if kind == "turn.status" and event.get("status") in SETTLED:
             self.tracking.pop(turn_id, None)
-        elif event.get("type") == "turn.queued":
-            self._track(turn_id, quiet=QUEUED_STALL_SECONDS - STALL_SECONDS)
-        elif event.get("type") != "turn.status" or event.get("status") == "running":
+            self.queued.discard(turn_id)
+        elif kind == "turn.queued":
+            self.queued.add(turn_id)
+            self._track(turn_id)
+        elif kind != "turn.status" or event.get("status") == "running":
+            self.queued.discard(turn_id)
             self._track(turn_id)
 
-    def _track(self, turn_id: str, *, quiet: float = 0.0) -> None:
-        """Heard from the turn now; `_watch` re-reads its buffer after STALL_SECONDS of
-        silence, plus `quiet` for a turn expected to be silent."""
+    def _track(self, turn_id: str) -> None:
+        """Heard from the turn now (or re-read it): `_watch` re-reads its buffer after
+        STALL_SECONDS of silence, QUEUED_STALL_SECONDS while it waits for a worker."""
+        quiet = QUEUED_STALL_SECONDS - STALL_SECONDS if turn_id in self.queued else 0.0
         self.tracking[turn_id] = asyncio.get_running_loop().time() + quiet
 
     async def _watch(self) -> None:
@@ -453,7 +460,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             now = loop.time()
             for turn_id, last in list(self.tracking.items()):
                 if now - last >= STALL_SECONDS:
-                    self.tracking[turn_id] = now
+                    self._track(turn_id)
                     await self._fill(turn_id)
 
     def wants_turn_poll(self) -> bool:

@@ -112,11 +112,11 @@ async def test_a_gap_the_worker_repairs_seconds_later_is_filled_in_order(owner, 
 async def test_a_turn_waiting_for_a_worker_is_re_read_rarely_and_a_streaming_one_soon(
     owner, monkeypatch
 ):
-    """A waiting turn is silent by design: its buffer is re-read after
+    """A waiting turn is silent by design: its buffer is re-read every
     QUEUED_STALL_SECONDS, not every STALL_SECONDS (800 waiting turns' re-reads were a
     tenth of Daphne's CPU). An event dropped after it is still recovered."""
     monkeypatch.setattr(consumers, "STALL_SECONDS", 0.1)
-    monkeypatch.setattr(consumers, "QUEUED_STALL_SECONDS", 2.0)
+    monkeypatch.setattr(consumers, "QUEUED_STALL_SECONDS", 0.5)
     reads: list[str] = []
     buffer = get_replay_buffer()
     real_read = buffer.read_after
@@ -135,9 +135,20 @@ async def test_a_turn_waiting_for_a_worker_is_re_read_rarely_and_a_streaming_one
     await buffer.append(streaming, 1, delta(streaming, 1))
     await events.apublish(session.pk, delta(streaming, 1))
     assert await received_seqs(ws, 2) == [1, 1]
+    # Silent for 2 s: the waiting turn re-read every 0.5 s, and not every 0.1 s after the
+    # first re-read either; the streaming one every 0.1 s.
+    reads.clear()
+    await asyncio.sleep(2.0)
+    assert 2 <= reads.count(waiting) <= 5, reads.count(waiting)
+    assert reads.count(streaming) >= 6
+    monkeypatch.setattr(consumers, "QUEUED_STALL_SECONDS", 2.0)
+    queued = {**queued, "seq": 2, "position": 2}  # its place moves: re-announced
+    await buffer.append(waiting, 2, queued)
+    await events.apublish(session.pk, queued)
+    assert await received_seqs(ws, 1) == [2]
     # Both turns' next events are dropped on the way (in their buffers only).
-    running = {"type": "turn.status", "turn": waiting, "seq": 2, "status": "running"}
-    await buffer.append(waiting, 2, running)
+    running = {"type": "turn.status", "turn": waiting, "seq": 3, "status": "running"}
+    await buffer.append(waiting, 3, running)
     await buffer.append(streaming, 2, delta(streaming, 2))
     reads.clear()
 
@@ -146,7 +157,7 @@ async def test_a_turn_waiting_for_a_worker_is_re_read_rarely_and_a_streaming_one
     await asyncio.sleep(0.5)
     assert waiting not in reads, "the waiting turn is not re-read at STALL_SECONDS"
     started = await ws.receive_json_from(timeout=5)  # after QUEUED_STALL_SECONDS
-    assert (started["turn"], started["seq"], started["status"]) == (waiting, 2, "running")
+    assert (started["turn"], started["seq"], started["status"]) == (waiting, 3, "running")
     await ws.disconnect()
 
 
