@@ -20,13 +20,16 @@ from tests.support import procs
 
 
 @pytest.fixture(scope="session")
-def django_db_modify_db_settings(request, tmp_path_factory):  # type: ignore[no-untyped-def]
+def django_db_modify_db_settings(  # type: ignore[no-untyped-def]
+    request, tmp_path_factory, django_db_modify_db_settings_parallel_suffix
+):
     """The embedded phase's test database is a SQLite file, as `make run`'s is: WAL,
     IMMEDIATE transactions and the busy timeout (settings.DATABASES) then hold in tests as
     they do in the product. Django's default, SQLite in memory in shared-cache mode, fails
     a write that meets another connection's open write (a turn's heartbeat on its own
     thread) at once with "database table is locked": the busy timeout does not cover
-    shared-cache table locks, so tests failed on a collision the product waits out."""
+    shared-cache table locks, so tests failed on a collision the product waits out.
+    (Depends on pytest-django's parallel suffix as the fixture it replaces does.)"""
     database = settings.DATABASES["default"]
     if database["ENGINE"] != "django.db.backends.sqlite3":
         return

@@ -31,16 +31,22 @@ WORDS = [f"w{i} " for i in range(20)]
 BURST = 5
 
 
+def _users_with_a_session(prefix: str, fake: Any) -> list[tuple[Any, Session]]:
+    """BURST users, each with a session on `fake`."""
+    pairs = []
+    for index in range(BURST):
+        user = get_user_model().objects.create_user(f"{prefix}-{index}", password=None)
+        point_provider_at(user, "anthropic", fake.base_url)
+        pairs.append((user, Session.objects.create(owner=user, model=MODEL)))
+    return pairs
+
+
 def test_a_burst_beyond_a_workers_capacity_waits_its_turn_and_loses_nothing(
     distributed_env: dict[str, str], daphne_server: str, anthropic_fake: Any
 ) -> None:
     for _ in range(BURST):
         anthropic_fake.push(Reply(drip(0.1), *[text(w) for w in WORDS]))
-    pairs = []
-    for index in range(BURST):
-        user = get_user_model().objects.create_user(f"burst-{index}", password=None)
-        point_provider_at(user, "anthropic", anthropic_fake.base_url)
-        pairs.append((user, Session.objects.create(owner=user, model=MODEL)))
+    pairs = _users_with_a_session("burst", anthropic_fake)
     env = {**distributed_env, "OPENWORKER_TURNS_PER_PROCESS": "2"}
 
     with procs.celery_worker(env, concurrency=BURST + 2), ThreadPoolExecutor(BURST) as pool:
@@ -87,12 +93,10 @@ def test_a_burst_written_together_reaches_the_worker_as_one_message_and_each_tur
     monkeypatch.setattr(tasks.run_turns_task, "delay", lambda ids: sent.append(ids) or delay(ids))
     for _ in range(BURST):
         anthropic_fake.push(Reply(drip(0.05), *[text(w) for w in WORDS]))
-    sends = []
-    for index in range(BURST):
-        user = get_user_model().objects.create_user(f"together-{index}", password=None)
-        point_provider_at(user, "anthropic", anthropic_fake.base_url)
-        session = Session.objects.create(owner=user, model=MODEL)
-        sends.append(commands.SendRequest(session=session, user=user, text="stream, please"))
+    sends = [
+        commands.SendRequest(session=session, user=user, text="stream, please")
+        for user, session in _users_with_a_session("together", anthropic_fake)
+    ]
     env = {**distributed_env, "OPENWORKER_TURNS_PER_PROCESS": "2"}
 
     with procs.celery_worker(env, concurrency=2):
