@@ -6,7 +6,9 @@ and MCP OAuth callbacks (`?code=...&state=...`), search terms a user typed. The 
 the method, the path, the status and the size, and says a query was there.
 
 Run as `python -m openworker.web_server` with Daphne's own arguments (`make run`, the
-Dockerfile, docker-compose.yml).
+Dockerfile, docker-compose.yml). It serves on uvloop where installed
+(`openworker.event_loop`): Daphne builds Twisted's event loop when `daphne.server` is
+first imported, so the loop policy is set before that import.
 """
 
 from __future__ import annotations
@@ -14,6 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from openworker.event_loop import install_policy
+
+if __name__ == "__main__":
+    install_policy()  # served by this module; importing it (tests) changes no policy
+
+# After the policy: importing daphne.server builds Twisted's event loop.
 from daphne.cli import CommandLineInterface
 from daphne.server import Server
 

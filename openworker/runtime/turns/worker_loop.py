@@ -6,6 +6,8 @@ import asyncio
 import threading
 from typing import Any
 
+from openworker.event_loop import new_event_loop
+
 
 class WorkerLoop:
     """One event loop per worker process, in its own thread, for every turn the process
@@ -15,7 +17,8 @@ class WorkerLoop:
     at 200 concurrent turns that is hundreds of threads contending for the GIL, each
     with its own Redis pools, and latency grows with the number of runnable threads
     (measured by bench/stream_path.py). One loop keeps one set of connections and lets
-    the turns interleave at their await points.
+    the turns interleave at their await points. It is uvloop's where installed
+    (`openworker.event_loop`).
     """
 
     def __init__(self) -> None:
@@ -25,7 +28,7 @@ class WorkerLoop:
     def _ensure(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None or self._loop.is_closed():
-                loop = asyncio.new_event_loop()
+                loop = new_event_loop()
                 thread = threading.Thread(target=loop.run_forever, name="turn-loop", daemon=True)
                 thread.start()
                 self._loop = loop
