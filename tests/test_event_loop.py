@@ -4,6 +4,8 @@ Daphne's), asyncio's when `OPENWORKER_UVLOOP=0`; what a turn does on it still wo
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,6 +63,32 @@ def test_an_mcp_stdio_server_starts_and_answers_from_the_turn_loop(turn_loop):
     )
     tools = turn_loop.run(mcp_client.discover(spec))
     assert "echo" in {tool["name"] for tool in tools}
+
+
+# The web server run as `python -m` runs it, stopped by `--help` before it serves; on the
+# way out it says what kind of loop Daphne built for Twisted.
+TWISTED_LOOP_KIND = """
+import atexit, runpy, sys
+atexit.register(lambda: print(type(sys.modules["daphne.server"].twisted_loop).__module__))
+sys.argv = ["web_server", "--help"]
+runpy.run_module("openworker.web_server", run_name="__main__", alter_sys=True)
+"""
+
+
+def _twisted_loop_kind(**env: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", TWISTED_LOOP_KIND],
+        env={k: v for k, v in os.environ.items() if k != "OPENWORKER_UVLOOP"} | env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_the_web_server_builds_twisteds_loop_on_uvloop_unless_switched_off():
+    assert _twisted_loop_kind() == "uvloop"
+    assert _twisted_loop_kind(OPENWORKER_UVLOOP="0") == "asyncio.unix_events"
 
 
 def _maps(pid: int) -> str:
