@@ -23,18 +23,21 @@ STDIO_SCRIPT = Path(__file__).parent / "mcp" / "stdio_server.py"
 UVLOOP_EXTENSION = "/uvloop/loop."
 
 
+async def _running_loop() -> asyncio.AbstractEventLoop:
+    return asyncio.get_running_loop()
+
+
+async def _stop_soon() -> None:
+    asyncio.get_running_loop().call_soon(asyncio.get_running_loop().stop)
+
+
 @pytest.fixture
 def turn_loop() -> Iterator[WorkerLoop]:
     """A worker's turn loop of its own, stopped after the test."""
     loop = WorkerLoop()
     yield loop
     if loop.started:
-        running = loop._ensure()
-        running.call_soon_threadsafe(running.stop)
-
-
-async def _running_loop() -> asyncio.AbstractEventLoop:
-    return asyncio.get_running_loop()
+        loop.run(_stop_soon())
 
 
 def test_the_turn_loop_is_uvloops(monkeypatch, turn_loop):
