@@ -12,14 +12,18 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from openworker.runtime.store import turn_state
 from openworker.runtime.turns import admission, runner
 from sessions.models import Message, Session, Turn
 from tests.fakes import Reply, drip, text
-from tests.support.chat import assert_gapless, point_provider_at, read_until_status, streamed_text
+from tests.support.chat import (
+    assert_gapless,
+    read_until_status,
+    streamed_text,
+    users_with_a_session,
+)
 from tests.test_engine_embedded import open_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,12 +32,7 @@ WORDS = [f"w{i} " for i in range(20)]
 
 
 def _users_with_sessions(count: int, fake: Any) -> list[tuple[Any, Session]]:
-    out = []
-    for index in range(count):
-        user = get_user_model().objects.create_user(f"queued-{index}", password=None)
-        point_provider_at(user, "anthropic", fake.base_url)
-        out.append((user, Session.objects.create(owner=user, model=MODEL)))
-    return out
+    return users_with_a_session(count, fake.base_url, prefix="queued", model=MODEL)
 
 
 async def _send_in_order(sockets: list[Any]) -> None:

@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import connection
 
 from sessions.models import Message, Session, Turn
@@ -20,9 +19,9 @@ from tests.support import procs
 from tests.support.chat import (
     assert_gapless,
     open_ws,
-    point_provider_at,
     read_sync_until_status,
     streamed_text,
+    users_with_a_session,
 )
 
 pytestmark = [pytest.mark.distributed, pytest.mark.django_db(transaction=True)]
@@ -33,12 +32,7 @@ BURST = 5
 
 def _users_with_a_session(prefix: str, fake: Any) -> list[tuple[Any, Session]]:
     """BURST users, each with a session on `fake`."""
-    pairs = []
-    for index in range(BURST):
-        user = get_user_model().objects.create_user(f"{prefix}-{index}", password=None)
-        point_provider_at(user, "anthropic", fake.base_url)
-        pairs.append((user, Session.objects.create(owner=user, model=MODEL)))
-    return pairs
+    return users_with_a_session(BURST, fake.base_url, prefix=prefix, model=MODEL)
 
 
 def test_a_burst_beyond_a_workers_capacity_waits_its_turn_and_loses_nothing(

@@ -10,10 +10,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.test import Client
 from websockets.sync.client import ClientConnection, connect
 
 from providers.edge.models import ProviderProfile
+from sessions.models import Session
 
 TERMINAL = {"completed", "failed", "cancelled", "interrupted", "awaiting_approval"}
 
@@ -23,6 +25,19 @@ def point_provider_at(user: Any, provider: str, base_url: str, api_key: str = "t
     profile.set_api_key(api_key)
     profile.base_url = base_url
     profile.save()
+
+
+def users_with_a_session(
+    count: int, fake_base_url: str, *, prefix: str, model: str
+) -> list[tuple[Any, Session]]:
+    """`count` users (`<prefix>-<n>`), each with one session on `model`, their Anthropic
+    key pointed at the fake at `fake_base_url`."""
+    pairs = []
+    for index in range(count):
+        user = get_user_model().objects.create_user(f"{prefix}-{index}", password=None)
+        point_provider_at(user, "anthropic", fake_base_url)
+        pairs.append((user, Session.objects.create(owner=user, model=model)))
+    return pairs
 
 
 def session_cookie(user: Any) -> str:
