@@ -158,6 +158,41 @@ def _turn_path_query(session_id: uuid.UUID, turn_id: uuid.UUID, base_seq: int) -
 _TURN_PATH = PreparedQuery(_turn_path_query, session_id=uuid.UUID, turn_id=uuid.UUID, base_seq=int)
 
 
+def turn_paths(*, turns: list[Turn]) -> list[list[Message]]:
+    """`turn_path` of each of `turns`, in order, in one query: a burst of turn starts
+    reads its first paths together (one walk seeded from every turn's tip)."""
+    if len(turns) <= 1:  # a lone start: the query compiled once
+        return [turn_path(turn=turn) for turn in turns]
+    table = connection.ops.quote_name(Message._meta.db_table)
+    sessions = connection.ops.quote_name(Session._meta.db_table)
+    session_field = Message._meta.get_field("session")
+    turn_field = Message._meta.get_field("turn")
+    seeds, params = [], []
+    for index, turn in enumerate(turns):
+        key = session_field.get_db_prep_value(turn.session_id, connection)
+        seeds.append(
+            f"SELECT {index}, %s, COALESCE("  # noqa: S608 (quoted identifiers only)
+            f"(SELECT MAX(t.seq) FROM {table} t WHERE t.turn_id = %s), %s, "
+            f"(SELECT s.active_seq FROM {sessions} s WHERE s.id = %s))"
+        )
+        params += [key, turn_field.get_db_prep_value(turn.pk, connection), turn.base_seq, key]
+    sql = (
+        f"WITH RECURSIVE seeds(k, session_id, seq) AS ({' UNION ALL '.join(seeds)}), "  # noqa: S608
+        "path(k, session_id, seq, parent_seq) AS ("
+        f"SELECT s.k, m.session_id, m.seq, m.parent_seq FROM seeds s JOIN {table} m "
+        "ON m.session_id = s.session_id AND m.seq = s.seq "
+        "UNION ALL "
+        f"SELECT p.k, m.session_id, m.seq, m.parent_seq FROM path p JOIN {table} m "
+        "ON m.session_id = p.session_id AND m.seq = p.parent_seq"
+        f") SELECT m.*, p.k AS path_of FROM path p JOIN {table} m "
+        "ON m.session_id = p.session_id AND m.seq = p.seq ORDER BY p.k, m.seq"
+    )
+    found: list[list[Message]] = [[] for _ in turns]
+    for message in Message.objects.raw(sql, params):
+        found[message.__dict__.pop("path_of")].append(message)
+    return found
+
+
 def siblings_of(*, session: Session, rows: list[Message]) -> dict[int | None, list[int]]:
     """parent seq → the seqs of its children in creation order, for the parents of `rows`
     (one query, for a branched session or not, so the page costs the same either way).

@@ -166,6 +166,29 @@ class TreeContract:
         assert [m.content for m in selectors.turn_path(turn=first)] == ["A", "a"]
         assert [m.content for m in selectors.turn_path(turn=second)] == ["B", "b"]
 
+    def test_a_burst_of_turns_reads_each_turns_own_path_in_one_walk(self, owner):
+        # What a burst of turn starts reads together (`selectors.turn_paths`): for every
+        # kind of tip, the same path as each turn's own walk.
+        session = _session(owner)
+        _exchange(session, owner, "one", "1")
+        answered = _exchange(session, owner, "two", "2")
+        edit = commands.turn_edit(session=session, user=owner, message=3, text="deux")
+        _finish(edit, "II", "II bis")  # a tip that is the turn's own newest reply
+        regenerate = commands.turn_regenerate(session=session, user=owner, message=2)
+        other = _session(owner)
+        queued = commands.turn_send(session=other, user=owner, text="alone")
+        turns = [answered, edit, regenerate, queued, answered]
+        with CaptureQueriesContext(connection) as queries:
+            together = selectors.turn_paths(turns=turns)
+        assert len(queries.captured_queries) == 1
+        apart = [selectors.turn_path(turn=turn) for turn in turns]
+        assert [[(m.seq, m.content) for m in path] for path in together] == [
+            [(m.seq, m.content) for m in path] for path in apart
+        ]
+        assert [m.content for m in together[2]] == ["one"]  # from the regenerate's base
+        assert [m.content for m in together[3]] == ["alone"]
+        assert selectors.turn_paths(turns=[]) == []
+
     def test_continue_takes_only_a_cut_reply_and_picks_prefill_by_api(self, owner):
         session = _session(owner)
         turn = _exchange(session, owner, "one", "1")

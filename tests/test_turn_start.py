@@ -1,7 +1,8 @@
 """What a turn start costs the worker's database: counted statements of a one-step turn,
-and the thread hops they take. A burst of a thousand sends queues these on one database
-thread (openworker/runtime/store/dbcall.py), so each one shows in the first token of the
-last turn of the burst (bench/stream_path.py)."""
+and the thread hops they take (a burst's starts share them: tests/test_turn_starts.py).
+A burst of a thousand sends queues these on one database thread
+(openworker/runtime/store/dbcall.py), so each one shows in the first token of the last
+turn of the burst (bench/stream_path.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 
 from openworker.runtime.agent import engine
 from openworker.runtime.agent.tools.registry import default_registry
-from openworker.runtime.store import leases
+from openworker.runtime.store import gather, leases
 from openworker.runtime.turns import commands, runner
 from providers.edge.matrix import curated_matrix
 from sessions.models import CompactionSettings, Session
@@ -37,19 +38,26 @@ def _queued_turn(owner: Any, fake: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     return str(commands.turn_send(session=session, user=owner, text="hello").pk)
 
 
-def test_a_one_step_turn_is_ten_statements_in_three_engine_hops(
+def _counting_hops(monkeypatch: pytest.MonkeyPatch, into: list[str]) -> None:
+    """Record the name of every database call the engine makes: its own, and the one the
+    turns starting together share (`starts`, through `gather`)."""
+    for module in (engine, gather):
+        real_db = module.db if module is gather else module._db
+
+        def counting_db(fn: Any, _real: Any = real_db, **kwargs: Any) -> Any:
+            into.append(getattr(fn, "__name__", repr(fn)))
+            return _real(fn, **kwargs)
+
+        monkeypatch.setattr(module, "db" if module is gather else "_db", counting_db)
+
+
+def test_a_one_step_turn_is_ten_statements_in_two_database_hops(
     owner: Any, anthropic_fake: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     turn_id = _queued_turn(owner, anthropic_fake, monkeypatch)
     hops: list[str] = []
-    real_db = engine._db
-
-    def counting_db(fn: Any, **kwargs: Any) -> Any:
-        hops.append(getattr(fn, "__name__", repr(fn)))
-        return real_db(fn, **kwargs)
-
-    monkeypatch.setattr(engine, "_db", counting_db)
-    # The session's MCP tools are read by their own call (issue 25's registry): left
+    _counting_hops(monkeypatch, hops)
+    # The session's MCP tools are read by their own query (issue 25's registry): left
     # out here, so this counts the turn's own work.
     tools = default_registry()
     # Embedded: the engine's calls run on this thread, so this connection sees them all.
@@ -64,7 +72,7 @@ def test_a_one_step_turn_is_ten_statements_in_three_engine_hops(
         "SELECT",  # the model policy, one query on the user's row: a curated model
         #            offered to their teams (not this one), their teams' custom-model
         #            policy, their own key for the provider
-        "SELECT",  # the router: the user's provider profiles
+        "SELECT",  # the router: the user's provider profiles and the organisation's
         "SELECT",  # the history (the path root → the turn's tip: one recursive query)
         "SELECT",  # the compaction settings and the session's compaction state
         "UPDATE",  # commit: the session's next sequence number
@@ -72,17 +80,13 @@ def test_a_one_step_turn_is_ten_statements_in_three_engine_hops(
         "INSERT",  # ... the message
         "UPDATE",  # ... the turn's totals and final status
     ], [q["sql"][:90] for q in queries.captured_queries]
-    # The policy and the router share one hop; the history and the outbound view take one
-    # each (the claim is the claimer's, shared by the turns starting together; the
-    # compactor's reads and the commit make their own).
-    assert hops == [
-        "_start",  # the policy and the router (the tools were given)
-        "turn_path",  # the history: the turn's own path in the transcript's tree
-        "outbound_messages",
-    ], hops
+    # The policy, the router, the path and the compaction state are one call, shared
+    # with the turns starting at the same moment; the outbound view is one more (the
+    # claim is the claimer's, the commit makes its own).
+    assert hops == ["turns_start", "outbound_messages"], hops
 
 
-def test_the_session_tools_are_read_in_the_policy_hop_after_the_lease_is_held(
+def test_the_session_tools_are_read_in_the_start_call_after_the_lease_is_held(
     owner: Any, anthropic_fake: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The claim starts the lease's clock: a burst's starts queue on the database thread,
@@ -90,24 +94,18 @@ def test_the_session_tools_are_read_in_the_policy_hop_after_the_lease_is_held(
     # LEASE_SECONDS and be interrupted by the sweeper while it streamed.
     turn_id = _queued_turn(owner, anthropic_fake, monkeypatch)
     events: list[str] = []
-    real_db = engine._db
     real_hold = leases.LeaseKeeper.hold
-
-    def counting_db(fn: Any, **kwargs: Any) -> Any:
-        events.append(getattr(fn, "__name__", repr(fn)))
-        return real_db(fn, **kwargs)
 
     def recording_hold(self: leases.LeaseKeeper, lease: leases.Lease) -> None:
         events.append("hold")
         real_hold(self, lease)
 
-    monkeypatch.setattr(engine, "_db", counting_db)
+    _counting_hops(monkeypatch, events)
     monkeypatch.setattr(leases.LeaseKeeper, "hold", recording_hold)
     with CaptureQueriesContext(connection) as queries:
         async_to_sync(engine.run_turn)(turn_id)
 
-    assert events[:2] == ["hold", "_start"], events
-    assert "turn_path" in events and len(events) == 4, events
-    # The tools' one query (the session's MCP servers: none) is in the policy's hop.
+    assert events == ["hold", "turns_start", "outbound_messages"], events
+    # The tools' one query (the session's MCP servers: none) is in the start's call.
     sql = [q["sql"] for q in queries.captured_queries]
     assert any("mcp" in q.lower() for q in sql), sql

@@ -144,9 +144,12 @@ def _decide(user_id: int, model: str, check_own_key: bool) -> ModelDecision:
     return _decision(model, provider, _facts(user_id, model, provider), check_own_key)
 
 
-def model_decide_many(pairs: list[tuple[int, str]]) -> list[ModelDecision]:
-    """`model_decide` for many (user id, model) pairs, in order (a burst of sends): one
-    query per distinct model, not one per pair. A pair whose user is unknown is refused."""
+def model_decide_many(
+    pairs: list[tuple[int, str]], *, check_own_key: bool = True
+) -> list[ModelDecision]:
+    """`model_decide` for many (user id, model) pairs, in order (a burst of sends or of
+    turn starts): one query per distinct model, not one per pair. A pair whose user is
+    unknown is refused."""
     decisions: list[ModelDecision | None] = [None] * len(pairs)
     wanted: dict[tuple[str, str], list[tuple[int, int]]] = {}
     for index, (user_id, raw) in enumerate(pairs):
@@ -169,7 +172,7 @@ def model_decide_many(pairs: list[tuple[int, str]]) -> list[ModelDecision]:
         for index, user_id in asking:
             facts = found.get(user_id)
             decisions[index] = (
-                _decision(model, provider, facts, True)
+                _decision(model, provider, facts, check_own_key)
                 if facts is not None
                 else ModelDecision(model, False, False, False, "Unknown user.")
             )

@@ -26,20 +26,32 @@ class UserSecretStore:
     stream thread never opens a database connection of its own.
     """
 
-    def __init__(self, user_id: int | None, *, org_keys: bool = True) -> None:
+    def __init__(
+        self,
+        user_id: int | None,
+        *,
+        org_keys: bool = True,
+        resolved: list[dict[str, Any]] | None = None,
+    ) -> None:
         """`org_keys=False`: the user's own profiles only (providers.model_policy: a model
-        the organisation's keys may not serve)."""
+        the organisation's keys may not serve). `resolved`: the profiles already read and
+        decrypted (`user_secret_stores`), instead of reading them here."""
         self.user_id = user_id
-        if user_id is None:
-            rows = _ORG_PROFILES.rows() if org_keys else []
-        else:
-            query = _PROFILES if org_keys else _OWN_PROFILES
-            rows = query.rows(user_id=user_id)
+        if resolved is None:
+            if user_id is None:
+                rows = _ORG_PROFILES.rows() if org_keys else []
+            else:
+                query = _PROFILES if org_keys else _OWN_PROFILES
+                rows = query.rows(user_id=user_id)
+            resolved = [_resolved(_profile(row)) for row in rows]
         own: dict[str, dict[str, Any]] = {}
         org: dict[str, dict[str, Any]] = {}
-        for row in rows:
-            profile = ProviderProfile(**dict(zip(_COLUMNS, row, strict=True)))
-            (org if profile.owner_id is None else own)[profile.provider] = _resolved(profile)
+        for profile in resolved:
+            if profile["owner_id"] is None:
+                if org_keys:
+                    org[profile["provider"]] = profile["settings"]
+            elif profile["owner_id"] == user_id:
+                own[profile["provider"]] = profile["settings"]
         # The user's profile wins whole: never mixed with the organisation's.
         self._profiles = {**org, **own}
 
@@ -68,10 +80,39 @@ _ORG_PROFILES = PreparedQuery(
 )
 
 
+def user_secret_stores(wanted: list[tuple[int, bool]]) -> list[UserSecretStore]:
+    """`UserSecretStore(user_id, org_keys=...)` for each (user id, org_keys) of a burst of
+    turn starts, in order: one query for every user's profiles and the organisation's,
+    each profile decrypted once however many of the burst's users it serves (a query
+    built per call: for one user, the compiled one is cheaper)."""
+    if len(wanted) <= 1:  # a lone start: the queries compiled once
+        return [UserSecretStore(user_id, org_keys=org_keys) for user_id, org_keys in wanted]
+    users = sorted({user_id for user_id, _ in wanted})
+    rows = ProviderProfile.objects.filter(Q(owner_id__in=users) | Q(owner__isnull=True))
+    org: list[dict[str, Any]] = []
+    own: dict[int, list[dict[str, Any]]] = {}
+    for row in rows.values_list(*_COLUMNS):
+        profile = _resolved(_profile(row))
+        owner = profile["owner_id"]
+        (org if owner is None else own.setdefault(owner, [])).append(profile)
+    return [
+        UserSecretStore(user_id, org_keys=org_keys, resolved=[*org, *own.get(user_id, [])])
+        for user_id, org_keys in wanted
+    ]
+
+
+def _profile(row: tuple[Any, ...]) -> ProviderProfile:
+    return ProviderProfile(**dict(zip(_COLUMNS, row, strict=True)))
+
+
 def _resolved(profile: ProviderProfile) -> dict[str, Any]:
     return {
-        "api_key": profile.api_key() or None,
-        "base_url": profile.base_url or None,
-        "region": profile.region or None,
-        "scope": "organisation" if profile.owner_id is None else "user",
+        "owner_id": profile.owner_id,
+        "provider": profile.provider,
+        "settings": {
+            "api_key": profile.api_key() or None,
+            "base_url": profile.base_url or None,
+            "region": profile.region or None,
+            "scope": "organisation" if profile.owner_id is None else "user",
+        },
     }

@@ -57,6 +57,13 @@ def session_mcp_servers(*, session_id: uuid.UUID | str, owner: Any) -> list[McpS
     return servers
 
 
+def sessions_using_servers(*, session_ids: list[Any]) -> set[str]:
+    """Of `session_ids`, those that chose any MCP server (as strings): one query for a
+    burst of turn starts, most of whose sessions use none."""
+    chosen = SessionMcpServer.objects.filter(session_id__in=session_ids)
+    return {str(session_id) for session_id in chosen.values_list("session_id", flat=True)}
+
+
 def _session_servers_query(session_id: uuid.UUID, owner_id: int) -> QuerySet[McpServer]:
     chosen = SessionMcpServer.objects.filter(session_id=session_id).values("server_id")
     return mcp_servers_for_user(user=owner_id).filter(pk__in=chosen)

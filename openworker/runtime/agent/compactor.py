@@ -54,9 +54,11 @@ def load_state(
     return _state_on_path(session_id, rows, row["compaction_state"], row["last_context_tokens"])
 
 
-def load_settings_and_state(
-    session_id: Any, rows: list[Message]
-) -> tuple[CompactionSettings, compaction.CompactionState | None, int | None]:
+# The organisation's settings, the compaction state of a path, the last reported size.
+SettingsAndState = tuple[CompactionSettings, compaction.CompactionState | None, int | None]
+
+
+def load_settings_and_state(session_id: Any, rows: list[Message]) -> SettingsAndState:
     """The organisation's compaction settings with `load_state`'s answer, the session's
     row and the settings' row in one query (every model call reads both: a burst of turn
     starts queues them on one database thread)."""
@@ -64,28 +66,60 @@ def load_settings_and_state(
     if found is None:
         raise Session.DoesNotExist(f"no session {session_id}")
     stored, reported, *values = found
+    return _settings_of(values), *_state_on_path(session_id, rows, stored, reported)
+
+
+def load_settings_and_states(
+    paths: list[tuple[Any, list[Message]]],
+) -> list[SettingsAndState | Exception]:
+    """`load_settings_and_state` for each (session id, path) of a burst of turn starts, in
+    order, in one query for the lot (plus a session's checkpoints when it has compacted);
+    Session.DoesNotExist for a session that is gone."""
+    if len(paths) == 1:  # a lone start: the query compiled once
+        try:
+            return [load_settings_and_state(*paths[0])]
+        except Session.DoesNotExist as exc:
+            return [exc]
+    ids = list({session_id for session_id, _ in paths})
+    found = {
+        str(row[0]): row[1:]
+        for row in Session.objects.filter(pk__in=ids)
+        .annotate(**_settings_annotations())
+        .values_list("pk", "compaction_state", "last_context_tokens", *_ANNOTATED)
+    }
+    out: list[SettingsAndState | Exception] = []
+    for session_id, rows in paths:
+        row = found.get(str(session_id))
+        if row is None:
+            out.append(Session.DoesNotExist(f"no session {session_id}"))
+            continue
+        stored, reported, *values = row
+        out.append((_settings_of(values), *_state_on_path(session_id, rows, stored, reported)))
+    return out
+
+
+def _settings_of(values: list[Any]) -> CompactionSettings:
     if values[0] is None:  # no settings row yet: made with its defaults
-        cfg = CompactionSettings.load()
-    else:
-        cfg = CompactionSettings(pk=1, **dict(zip(_SETTINGS, values, strict=True)))
-    return cfg, *_state_on_path(session_id, rows, stored, reported)
+        return CompactionSettings.load()
+    return CompactionSettings(pk=1, **dict(zip(_SETTINGS, values, strict=True)))
 
 
 _SETTINGS = ("enabled", "threshold_pct", "cap_tokens", "keep_recent_fraction", "summary_model")
+_ANNOTATED = tuple(f"settings_{name}" for name in _SETTINGS)
+
+
+def _settings_annotations() -> dict[str, Subquery]:
+    return {
+        f"settings_{name}": Subquery(CompactionSettings.objects.filter(pk=1).values(name)[:1])
+        for name in _SETTINGS
+    }
+
+
 _SESSION_AND_SETTINGS = PreparedQuery(
     lambda session_id: (
         Session.objects.filter(pk=session_id)
-        .annotate(
-            **{
-                f"settings_{name}": Subquery(
-                    CompactionSettings.objects.filter(pk=1).values(name)[:1]
-                )
-                for name in _SETTINGS
-            }
-        )
-        .values_list(
-            "compaction_state", "last_context_tokens", *(f"settings_{n}" for n in _SETTINGS)
-        )[:1]
+        .annotate(**_settings_annotations())
+        .values_list("compaction_state", "last_context_tokens", *_ANNOTATED)[:1]
     ),
     session_id=uuid.UUID,
 )
@@ -158,12 +192,16 @@ async def maybe_compact(
     context_window: int | None,
     cancel: Any = None,
     may_use: Callable[[str], Awaitable[bool]] | None = None,
+    preread: SettingsAndState | None = None,
 ) -> tuple[compaction.CompactionState | None, CompactionOutcome | None]:
     """The state to apply to this request, and the new checkpoint if one was made now.
 
     `may_use(model)`: the model policy's word on the admin's summary model for this turn
-    (refused, the summary is asked of the turn's own model)."""
-    cfg, state, reported = await db(load_settings_and_state)(session_id, rows)
+    (refused, the summary is asked of the turn's own model). `preread`: the settings and
+    state `load_settings_and_states` read for these `rows` with the turn's start."""
+    if preread is None:
+        preread = await db(load_settings_and_state)(session_id, rows)
+    cfg, state, reported = preread
     if state is not None and state.boundary_index >= len(history):
         state = None  # stale (should not happen: the transcript is append-only)
     signal = reported or compaction.estimate_tokens(compaction.apply_to_outbound(history, state))

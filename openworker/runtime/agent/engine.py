@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -28,12 +28,12 @@ from django.conf import settings
 
 from openworker.runtime.agent import history as outbound_history
 from openworker.runtime.agent import titles
-from openworker.runtime.agent.compactor import maybe_compact
+from openworker.runtime.agent.compactor import SettingsAndState, maybe_compact
 from openworker.runtime.agent.degradation import degradation_note
 from openworker.runtime.agent.llm import router_for_user
+from openworker.runtime.agent.starts import ProviderFactory, StartAsk, starter
 from openworker.runtime.agent.tools.base import ToolContext, ToolResult
 from openworker.runtime.agent.tools.fetch_url import tool_outbound_policy
-from openworker.runtime.agent.tools.mcp import session_registry
 from openworker.runtime.agent.tools.registry import ToolRegistry
 from openworker.runtime.live import events
 from openworker.runtime.live.emitter import TurnEmitter
@@ -46,19 +46,13 @@ from openworker.runtime.store.local_cancel import register_local, unregister_loc
 from openworker.runtime.store.priority_pool import call_priority, next_arrival
 from providers.base import ProviderClient
 from providers.cancel import CancelToken
-from providers.edge.model_policy import (
-    ModelRefused,
-    model_decide_for_user_id,
-    model_require_for_user_id,
-)
+from providers.edge.model_policy import ModelRefused, model_decide_for_user_id
 from providers.errors import ProviderError, RequestCancelled, StreamError
 from providers.types import AssistantTurn, StreamChunk, TokenUsage, ToolCall
 from sessions import selectors, services
 from sessions.models import Message, ToolPolicy, Turn
 
 logger = logging.getLogger(__name__)
-
-ProviderFactory = Callable[[int], ProviderClient]
 
 
 class LeaseLost(Exception):
@@ -148,6 +142,10 @@ class _TurnRun:
         self.allowed: dict[str, bool] = {}
         # Set when TURN_TIME_LIMIT_SECONDS ran out: the cancel that follows is a failure.
         self.timed_out = False
+        # What the start read for the first model call: its path, and the compaction
+        # settings and state for that path (later steps read their own).
+        self.first_path: list[Message] | None = None
+        self.first_compaction: SettingsAndState | None = None
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -191,10 +189,10 @@ class _TurnRun:
             )
             # The one model policy, before any model call of the turn (a send, a retry,
             # an imported session's model): refused, the turn fails saying why. Decided
-            # once per turn, with the router and the session's tools in the same database
-            # call (one thread hop per turn start: a burst of starts queues on one thread).
+            # once per turn, with the router, the session's tools and the first call's
+            # path in one database call shared with the turns starting now (`starts`).
             try:
-                provider = await _db(self._start)()
+                provider = await self._start()
             except ModelRefused as exc:
                 status = Turn.Status.FAILED
                 await self._finish(status, "model_refused", str(exc))
@@ -256,30 +254,24 @@ class _TurnRun:
         self.timed_out = True
         self.cancel.cancel()
 
-    def _start(self) -> ProviderClient:
-        """The turn's tools when none were given, then its router (`_provider_if_allowed`:
-        last, so nothing can fail once it holds a connection)."""
-        if not self.tools_given:
-            self.tools = session_registry(
-                session_id=self.session.pk, owner_id=self.session.owner_id
+    async def _start(self) -> ProviderClient:
+        """The turn's tools when none were given and its provider, once the model policy
+        allows the turn's model (ModelRefused when not): one router for the turn and its
+        title, built over the owner's profiles."""
+        started = await starter().ask(
+            StartAsk(
+                turn=self.turn,
+                read_tools=not self.tools_given,
+                check_own_key=self.check_own_key,
+                factory=None if self.provider_factory is router_for_user else self.provider_factory,
             )
-        return self._provider_if_allowed()
-
-    def _provider_if_allowed(self) -> ProviderClient:
-        """The turn's router, once the model policy allows the turn's model (ModelRefused
-        when not). One router for the turn and its title: building one reads and decrypts
-        the owner's profiles and opens a connection."""
-        decision = model_require_for_user_id(
-            user_id=self.session.owner_id, model=self.turn.model, check_own_key=self.check_own_key
         )
-        self.org_keys = decision.org_keys
+        if started.tools is not None:
+            self.tools = started.tools
+        self.org_keys = started.decision.org_keys
         self.allowed[self.turn.model] = True
-        return self._build_provider()
-
-    def _build_provider(self) -> ProviderClient:
-        if self.provider_factory is router_for_user and not self.org_keys:
-            return router_for_user(self.session.owner_id, org_keys=False)
-        return self.provider_factory(self.session.owner_id)
+        self.first_path, self.first_compaction = started.path, started.compaction
+        return started.provider
 
     async def _may_also_use(self, model: str) -> bool:
         """Whether a side call (title, compaction summary) may use `model` on this turn's
@@ -356,7 +348,10 @@ class _TurnRun:
             if self.cancel.cancelled:
                 return Turn.Status.CANCELLED, "", ""
             # The turn's own path (root → its tip): other branches never reach the model.
-            rows = await _db(selectors.turn_path)(turn=self.turn)
+            rows, self.first_path = self.first_path, None  # the first, read with the start
+            if rows is None:
+                rows = await _db(selectors.turn_path)(turn=self.turn)
+                self.first_compaction = None  # it was read for another path
             pending = _unanswered_calls(rows, self.turn_id)
             if pending:
                 waiting = await self._run_tools(pending)
@@ -400,7 +395,9 @@ class _TurnRun:
             context_window=caps.context_window,
             cancel=self.cancel,
             may_use=self._may_also_use,
+            preread=self.first_compaction,
         )
+        self.first_compaction = None
         if outcome is not None:
             await self.emitter.emit(
                 "compaction", checkpoint=selectors.checkpoint_payload(outcome.checkpoint)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from providers.capabilities import CuratedModel
 from providers.edge.matrix import curated_matrix
 from providers.edge.secret_store import UserSecretStore
 from providers.outbound import OutboundPolicy
@@ -21,14 +22,22 @@ def new_transport() -> Transport:
     )
 
 
-def router_for_user(user_id: int, *, org_keys: bool = True) -> ProviderRouter:
-    """`org_keys=False` when the model policy lets only the user's own key serve the turn."""
+def router_for_user(
+    user_id: int,
+    *,
+    org_keys: bool = True,
+    store: UserSecretStore | None = None,
+    matrix: dict[str, CuratedModel] | None = None,
+) -> ProviderRouter:
+    """`org_keys=False` when the model policy lets only the user's own key serve the turn.
+    `store` and `matrix`: the user's profiles and the curated matrix when the caller read
+    them already (a burst of turn starts reads them once for all its users)."""
     return ProviderRouter(
-        UserSecretStore(user_id, org_keys=org_keys),
+        store if store is not None else UserSecretStore(user_id, org_keys=org_keys),
         # A snapshot taken here, in sync code: the engine asks for capabilities from its
         # event loop, where the ORM may not run. One router per turn, so an edit applies
         # to the next turn.
-        matrix=curated_matrix(),
+        matrix=matrix if matrix is not None else curated_matrix(),
         embedded=not settings.DISTRIBUTED,
         default_provider=settings.DEFAULT_PROVIDER,
         transport_factory=new_transport,

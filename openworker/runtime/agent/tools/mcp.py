@@ -528,6 +528,20 @@ def session_registry(*, session_id: Any, owner_id: int | None = None) -> ToolReg
     return registry
 
 
+def session_registries(sessions: list[tuple[Any, int]]) -> list[ToolRegistry]:
+    """`session_registry` for each (session id, owner id) of a burst of turn starts, in
+    order: one query for the lot when none of them uses an MCP server."""
+    if len(sessions) <= 1:  # a lone start: the query compiled once
+        return [session_registry(session_id=sid, owner_id=owner) for sid, owner in sessions]
+    using = mcp_services.sessions_using_servers(session_ids=[sid for sid, _ in sessions])
+    return [
+        session_registry(session_id=sid, owner_id=owner)
+        if str(sid) in using
+        else default_registry()
+        for sid, owner in sessions
+    ]
+
+
 def discover_and_store(
     server: McpServer, *, user_id: int | None = None
 ) -> tuple[list[dict[str, Any]] | None, str]:

@@ -1,0 +1,90 @@
+"""Database calls that a burst of turns makes at the same moment, gathered into one.
+
+The worker runs every turn's database calls on one thread, where a burst of new turns
+queues: each call costs that thread its statements, and under load each statement
+waits to take the GIL back from the streaming loop. A `Gatherer` lets the turns that ask
+while its call is in flight go together in the next one: the batch function answers a
+list of asks with one result each, in a few statements for the lot. Nothing waits on a
+timer: a lone ask goes at once. (`claims.Claimer` is the same idea for the claim, with
+a lease owner per batch.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from openworker.runtime.store.dbcall import db
+from openworker.runtime.store.priority_pool import call_priority
+
+logger = logging.getLogger(__name__)
+
+Ask = TypeVar("Ask")
+Answer = TypeVar("Answer")
+
+
+@dataclass
+class _Waiting(Generic[Ask, Answer]):
+    ask: Ask
+    future: asyncio.Future[Answer]
+    # The asker's place in the database threads' queue (priority_pool): a batch goes at
+    # its oldest turn's.
+    priority: int
+
+
+class Gatherer(Generic[Ask, Answer]):
+    """One event loop's asks of one kind, gathered into batches while a call runs.
+
+    `call(asks)` runs on the database thread and returns one answer per ask, in order;
+    an answer that is an exception is raised to its asker alone, and an exception raised
+    by `call` itself to every asker of the batch. `abandoned(answer)` is told of an
+    answer whose asker left (cancelled) while the call ran, to release what it holds.
+    """
+
+    def __init__(
+        self,
+        call: Callable[[list[Ask]], list[Answer | Exception]],
+        *,
+        max_batch: int,
+        abandoned: Callable[[Answer], None] | None = None,
+    ) -> None:
+        self._call = call
+        self._max_batch = max_batch
+        self._abandoned = abandoned
+        self._waiting: list[_Waiting[Ask, Answer]] = []
+        self._draining: asyncio.Task[None] | None = None
+
+    async def ask(self, ask: Ask) -> Answer:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Answer] = loop.create_future()
+        self._waiting.append(_Waiting(ask, future, call_priority.get()))
+        if self._draining is None or self._draining.done():
+            self._draining = loop.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        while self._waiting:
+            batch = self._waiting[: self._max_batch]
+            del self._waiting[: self._max_batch]
+            batch = [waiting for waiting in batch if not waiting.future.done()]
+            if not batch:
+                continue
+            call_priority.set(min(waiting.priority for waiting in batch))
+            try:
+                answers = await db(self._call)([waiting.ask for waiting in batch])
+            except Exception as exc:
+                for waiting in batch:
+                    if not waiting.future.done():
+                        waiting.future.set_exception(exc)
+                continue
+            for waiting, answer in zip(batch, answers, strict=True):
+                if waiting.future.done():
+                    if self._abandoned is not None and not isinstance(answer, Exception):
+                        self._abandoned(answer)
+                elif isinstance(answer, Exception):
+                    waiting.future.set_exception(answer)
+                else:
+                    waiting.future.set_result(answer)
