@@ -133,7 +133,7 @@ async def test_a_duplicate_delivery_of_a_running_or_waiting_turn_runs_nothing_tw
     gate = asyncio.Event()
     runs: list[str] = []
 
-    async def start(turn_id: str) -> None:
+    async def start(turn_id: str, release: object) -> None:
         runs.append(turn_id)
         await gate.wait()
 
@@ -152,3 +152,54 @@ async def test_a_duplicate_delivery_of_a_running_or_waiting_turn_runs_nothing_tw
 
 async def _no_database() -> None:
     return None
+
+
+async def test_a_turn_gives_its_place_back_once_final_and_a_waiting_one_starts() -> None:
+    # What follows a final reply (a new session's title call) holds no place.
+    titled = asyncio.Event()
+    runs: list[str] = []
+
+    async def start(turn_id: str, release: Any) -> None:
+        runs.append(turn_id)
+        if turn_id == "a":
+            release()
+            release()  # twice is once
+            await titled.wait()
+
+    control = admission.Admission(capacity=1)
+    control.hold_once = _no_database  # type: ignore[method-assign]
+    first = asyncio.ensure_future(control.run("a", start))
+    await asyncio.sleep(0)
+    await control.run("b", start)  # admitted while "a" still makes its title
+    assert runs == ["a", "b"] and not first.done()
+    titled.set()
+    await first
+    assert not control.running and not control.waiting
+
+
+async def test_the_engine_gives_the_place_back_before_a_new_sessions_title(
+    owner: Any, anthropic_fake: Any, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    from openworker.runtime.agent import engine
+    from openworker.runtime.turns import commands
+    from tests.support.chat import point_provider_at
+
+    settings.AUTO_TITLE = True
+    await sync_to_async(point_provider_at)(owner, "anthropic", anthropic_fake.base_url)
+    session = await Session.objects.acreate(owner=owner, model=MODEL)  # untitled
+    anthropic_fake.push(Reply(text("The reply.")))
+    anthropic_fake.push(Reply(text("A fine title")))
+    monkeypatch.setattr(runner, "_dispatch", lambda turn_ids: None)
+    turn = await sync_to_async(commands.turn_send)(session=session, user=owner, text="hi")
+    order: list[str] = []
+    real_title = engine._TurnRun._title
+
+    async def recording_title(self: Any, provider: Any) -> None:
+        order.append("title")
+        await real_title(self, provider)
+
+    monkeypatch.setattr(engine._TurnRun, "_title", recording_title)
+    await engine.run_turn(str(turn.pk), on_final=lambda: order.append("final"))
+    assert order == ["final", "title"]
+    assert (await Turn.objects.aget(pk=turn.pk)).status == "completed"
+    assert (await Session.objects.aget(pk=session.pk)).title == "A fine title"

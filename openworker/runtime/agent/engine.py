@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -82,9 +82,12 @@ async def run_turn(
     *,
     provider_factory: ProviderFactory | None = None,
     tools: ToolRegistry | None = None,
+    on_final: Callable[[], None] | None = None,
 ) -> None:
     """Run one turn to a terminal state (or to awaiting approval). Safe to call twice:
-    only the caller that claims the queued turn runs it."""
+    only the caller that claims the queued turn runs it. `on_final()` is called once the
+    turn's status is final, before a new session's title is made (admission: the place
+    goes to a waiting turn without waiting for the title call)."""
     # Every database call of this turn queues by the turn's arrival (priority_pool).
     call_priority.set(next_arrival())
     # Claimed together with the other turns starting now (one database call for a burst).
@@ -102,6 +105,7 @@ async def run_turn(
     # started the lease's clock, and a burst's starts queue on the database thread.
     run = _TurnRun(turn, me, provider_factory, tools)
     run.check_own_key = not injected
+    run.on_final = on_final
     await run.run()
 
 
@@ -136,6 +140,7 @@ class _TurnRun:
             usage=dict(turn.usage or {}) or None, steps=turn.steps, cost=turn.cost
         )
         self.check_own_key = True
+        self.on_final: Callable[[], None] | None = None
         # Whether this turn's router may use the organisation's keys (the model policy),
         # and the policy's answer per model this turn used (decided once per turn).
         self.org_keys = True
@@ -200,6 +205,8 @@ class _TurnRun:
             status, kind, error = await self._loop_within_time_limit(provider)
             await self._finish(status, kind, error)
             if status == Turn.Status.COMPLETED and not self.session.title:
+                if self.on_final is not None:
+                    self.on_final()
                 await self._title(provider)
         except LeaseLost:
             logger.info("turn %s: lease lost, stopping", self.turn_id)

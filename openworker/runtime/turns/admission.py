@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import weakref
 from collections import OrderedDict
@@ -83,10 +84,14 @@ class Admission:
         """Each waiting turn's place: 1 for the next to run."""
         return {turn_id: index + 1 for index, turn_id in enumerate(self.waiting)}
 
-    async def run(self, turn_id: str, start: Callable[[str], Awaitable[Any]]) -> None:
-        """Run `start(turn_id)` once a place is free (at once when one is and nobody
-        waits). A turn already running or waiting here (a duplicate delivery) returns at
-        once: the first one runs it."""
+    async def run(
+        self, turn_id: str, start: Callable[[str, Callable[[], None]], Awaitable[Any]]
+    ) -> None:
+        """Run `start(turn_id, release)` once a place is free (at once when one is and
+        nobody waits); `release()` gives the place back before `start` returns (the turn's
+        reply is final, and what remains, its title, need not hold up a waiting turn). A
+        turn already running or waiting here (a duplicate delivery) returns at once: the
+        first one runs it."""
         turn_id = str(turn_id)
         if turn_id in self.running or turn_id in self.waiting:
             logger.info("turn %s is already here; duplicate delivery ignored", turn_id)
@@ -98,10 +103,13 @@ class Admission:
         else:
             self.running.add(turn_id)
         try:
-            await start(turn_id)
+            await start(turn_id, functools.partial(self._release, turn_id))
         finally:
-            self.running.discard(turn_id)
-            self._admit_next()
+            self._release(turn_id)
+
+    def _release(self, turn_id: str) -> None:
+        self.running.discard(turn_id)
+        self._admit_next()
 
     async def _wait(self, turn_id: str) -> bool:
         """Wait for a place; False when the turn was stopped meanwhile."""
@@ -228,4 +236,4 @@ def admission() -> Admission:
 
 async def run_admitted(turn_id: str) -> None:
     """Run the turn once this process has a place for it: what the runner starts."""
-    await admission().run(turn_id, run_turn)
+    await admission().run(turn_id, lambda turn_id, release: run_turn(turn_id, on_final=release))
