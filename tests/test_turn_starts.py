@@ -156,25 +156,32 @@ def test_a_session_gone_before_its_start_fails_alone(owner: Any, teammate: Any) 
 # --- gathering -------------------------------------------------------------------------
 
 
+def _hold_calls(monkeypatch: pytest.MonkeyPatch, batches: list[list[int]]) -> asyncio.Event:
+    """The gatherer's database calls, recorded in `batches` and held until the event is
+    set (they then run here, on the loop)."""
+    gate = asyncio.Event()
+
+    def gated_db(fn: Any, **_: Any) -> Any:
+        async def run(items: list[int]) -> Any:
+            batches.append(list(items))
+            await gate.wait()
+            return fn(items)
+
+        return run
+
+    monkeypatch.setattr(gather, "db", gated_db)
+    return gate
+
+
 def _gatherer_scenario(
-    call: Any, asks: list[int], monkeypatch: pytest.MonkeyPatch, **kwargs: Any
+    call: Any, asks: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> tuple[list[list[int]], list[Any]]:
     """Ask `asks[0]` alone, then the rest while its call is held: the batches and outcomes."""
     batches: list[list[int]] = []
 
     async def scenario() -> list[Any]:
-        gate = asyncio.Event()
-
-        def gated_db(fn: Any, **_: Any) -> Any:
-            async def run(items: list[int]) -> Any:
-                batches.append(list(items))
-                await gate.wait()
-                return fn(items)
-
-            return run
-
-        monkeypatch.setattr(gather, "db", gated_db)
-        gatherer: gather.Gatherer[int, str] = gather.Gatherer(call, max_batch=3, **kwargs)
+        gate = _hold_calls(monkeypatch, batches)
+        gatherer: gather.Gatherer[int, str] = gather.Gatherer(call, max_batch=3)
         first = asyncio.ensure_future(gatherer.ask(asks[0]))
         while not batches:
             await asyncio.sleep(0)
@@ -220,17 +227,7 @@ def test_an_answer_whose_asker_left_is_handed_back_to_be_released(
     batches: list[list[int]] = []
 
     async def scenario() -> tuple[str, bool]:
-        gate = asyncio.Event()
-
-        def gated_db(fn: Any, **_: Any) -> Any:
-            async def run(items: list[int]) -> Any:
-                batches.append(list(items))
-                await gate.wait()
-                return fn(items)
-
-            return run
-
-        monkeypatch.setattr(gather, "db", gated_db)
+        gate = _hold_calls(monkeypatch, batches)
         gatherer: gather.Gatherer[int, str] = gather.Gatherer(
             lambda items: [f"answer {i}" for i in items], max_batch=10, abandoned=released.append
         )
