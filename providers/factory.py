@@ -2,7 +2,8 @@
 
 The wire API a provider speaks is a declaration (`ProviderDescriptor.api`), so adding an
 OpenAI-compatible vendor touches the registry only. Wire modules are imported on first
-use: a process that never talks to Anthropic never imports its translation.
+use, except in the serving processes, which import them all at start-up
+(`preload_wire_modules`) rather than on a burst's first turn.
 """
 
 from __future__ import annotations
@@ -35,6 +36,14 @@ _CLIENT_CLASSES: dict[str, tuple[str, str]] = {
     OPENAI_RESPONSES: ("providers.wire.openai_responses", "OpenAIResponsesClient"),
     GEMINI: ("providers.wire.gemini", "GeminiClient"),
 }
+
+
+def preload_wire_modules() -> None:
+    """Import every wire module now. A serving process calls this at start-up: imported
+    on the first turn instead, they held the event loop of a burst's first turns (tens of
+    milliseconds) while every other stream waited."""
+    for module_name, _class_name in _CLIENT_CLASSES.values():
+        importlib.import_module(module_name)
 
 
 def build_provider_client(

@@ -13,6 +13,7 @@ from celery import shared_task
 from celery.signals import worker_ready, worker_shutdown
 
 from openworker.gc_tuning import tune_for_serving
+from openworker.runtime.agent.llm import warm_for_serving
 from openworker.runtime.agent.tools import mcp_pool
 from openworker.runtime.turns.admission import run_admitted
 from openworker.runtime.turns.worker_loop import worker_loop
@@ -53,8 +54,9 @@ async def _run_each(turn_ids: list[str]) -> None:
 
 
 @worker_ready.connect
-def _tune_gc(**_: Any) -> None:
-    tune_for_serving()
+def _ready_to_serve(**_: Any) -> None:
+    warm_for_serving()
+    tune_for_serving()  # after the warm-up: what it built is frozen too
 
 
 @worker_shutdown.connect
