@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -281,6 +282,93 @@ def turns_first_messages_insert(
     return messages
 
 
+@dataclass(frozen=True)
+class StepMessage:
+    """One model call's assistant message for `step_messages_insert`: as `message_insert`
+    takes it, with its parent known (the step's path tip)."""
+
+    session_id: uuid.UUID | str
+    fields: dict[str, Any]
+    dedupe_key: str
+    context_tokens: int | None
+    parent_seq: int
+
+
+class AlreadyWritten(Exception):
+    """A batch of step messages met a dedupe key already written: a replayed step, which
+    `message_insert` (one at a time) answers with the message it finds."""
+
+
+def step_messages_insert(items: list[StepMessage], *, when: Any = None) -> list[Message]:
+    """Model calls' messages, many sessions at once, inside the caller's transaction: what
+    `message_insert` does for each, in three statements however many (a wave of turns
+    ending together queued one transaction each on the worker's database thread). Each
+    session at most once. Each message goes under its `parent_seq`, and becomes the active
+    leaf when that was it; the session's context size is set when one is given.
+
+    Raises `Session.DoesNotExist` when a session is gone and `AlreadyWritten` when a key
+    is found; the caller's transaction then rolls back, and the caller writes each alone."""
+    if not items:
+        return []
+    pk = Session._meta.pk
+    assert pk is not None
+    session_ids = [_as_uuid(item.session_id) for item in items]
+    if len(set(session_ids)) != len(session_ids):
+        raise ValueError("one step per session in a batch")
+    prep = [pk.get_db_prep_value(sid, connection) for sid in session_ids]
+    table = connection.ops.quote_name(Session._meta.db_table)
+    column = connection.ops.quote_name
+    key, active, context = column(pk.column), column("active_seq"), column("last_context_tokens")
+    updated = Session._meta.get_field("updated_at")
+    params: list[Any] = [updated.get_db_prep_value(when or timezone.now(), connection)]
+    # As `session_take_seq` for each (every SET expression reads the row as it was, so
+    # `next_seq` there is the new message's number), for the lot.
+    moves = " ".join(f"WHEN {key} = %s AND {active} = %s THEN {column('next_seq')}" for _ in items)
+    for sid, item in zip(prep, items, strict=True):
+        params += [sid, item.parent_seq]
+    sets = [
+        f"{column('next_seq')} = {column('next_seq')} + 1",
+        f"{column('updated_at')} = %s",
+        f"{active} = CASE {moves} ELSE {active} END",
+    ]
+    sized = [(sid, item.context_tokens) for sid, item in zip(prep, items, strict=True)]
+    sized = [(sid, tokens) for sid, tokens in sized if tokens is not None]
+    if sized:
+        whens = " ".join(f"WHEN {key} = %s THEN %s" for _ in sized)
+        sets.append(f"{context} = CASE {whens} ELSE {context} END")
+        params += [value for pair in sized for value in pair]
+    marks = ", ".join(["%s"] * len(prep))
+    with connection.cursor() as cursor:
+        # Only quoted identifiers are interpolated; every value is a parameter.
+        cursor.execute(
+            f"UPDATE {table} SET {', '.join(sets)} WHERE {key} IN ({marks}) "  # noqa: S608
+            f"RETURNING {key}, {column('next_seq')} - 1",
+            [*params, *prep],
+        )
+        taken = {_as_uuid(row[0]): int(row[1]) for row in cursor.fetchall()}
+    missing = [sid for sid in session_ids if sid not in taken]
+    if missing:
+        raise Session.DoesNotExist(f"no session {missing[0]}")
+    wanted = {(sid, item.dedupe_key) for sid, item in zip(session_ids, items, strict=True)}
+    found = Message.objects.filter(
+        session_id__in=session_ids, dedupe_key__in=[item.dedupe_key for item in items]
+    ).values_list("session_id", "dedupe_key")
+    if any((_as_uuid(sid), dedupe_key) in wanted for sid, dedupe_key in found):
+        raise AlreadyWritten()
+    messages = [
+        Message(
+            session_id=sid,
+            seq=taken[sid],
+            dedupe_key=item.dedupe_key,
+            parent_seq=item.parent_seq,
+            **item.fields,
+        )
+        for sid, item in zip(session_ids, items, strict=True)
+    ]
+    Message.objects.bulk_create(messages)
+    return messages
+
+
 def _as_uuid(value: uuid.UUID | str) -> uuid.UUID:
     return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
 
@@ -343,6 +431,27 @@ def session_title_save(*, session_id: uuid.UUID | str, title: str) -> str:
     if Session.objects.filter(pk=session_id, title="").update(title=title):
         return title
     return Session.objects.filter(pk=session_id).values_list("title", flat=True).first() or ""
+
+
+def session_titles_save(titles: list[tuple[uuid.UUID | str, str]]) -> list[str]:
+    """`session_title_save` for many sessions in two statements (a wave of new sessions'
+    turns ends together): each title stored unless the session has one, and each
+    session's title returned, in order ("" for a session gone). A session named twice
+    keeps the first title, as two saves in a row would."""
+    if len(titles) == 1:
+        session_id, title = titles[0]
+        return [session_title_save(session_id=session_id, title=title)]
+    ids = [_as_uuid(session_id) for session_id, _ in titles]
+    field = Session._meta.get_field("title")
+    Session.objects.filter(pk__in=ids, title="").update(
+        title=Case(
+            *(When(pk=sid, then=Value(title)) for sid, (_, title) in zip(ids, titles, strict=True)),
+            default=F("title"),
+            output_field=field,
+        )
+    )
+    stored = dict(Session.objects.filter(pk__in=ids).values_list("pk", "title"))
+    return [stored.get(sid, "") for sid in ids]
 
 
 def session_import(

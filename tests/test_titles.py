@@ -71,3 +71,25 @@ def test_title_never_overwrites_a_users_title(owner):
     add(session, content="anything")
     assert titles.title_request_for(session, first_messages(session)) is None
     assert services.session_title_save(session_id=session.pk, title="Other") == "Plans"
+
+
+def test_titles_saved_together_keep_the_users_and_answer_each_sessions_title(owner):
+    fresh = services.session_create(owner=owner)
+    named = services.session_create(owner=owner, title="Plans")
+    twice = services.session_create(owner=owner)
+    gone = services.session_create(owner=owner)
+    gone_id = gone.pk
+    gone.delete()
+    saved = services.session_titles_save(
+        [
+            (fresh.pk, "Rotating keys"),
+            (named.pk, "Other"),
+            (twice.pk, "First"),
+            (str(twice.pk), "Second"),
+            (gone_id, "Nobody"),
+        ]
+    )
+    assert saved == ["Rotating keys", "Plans", "First", "First", ""]
+    for session, title in ((fresh, "Rotating keys"), (named, "Plans"), (twice, "First")):
+        session.refresh_from_db()
+        assert session.title == title

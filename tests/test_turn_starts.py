@@ -265,8 +265,7 @@ def test_turns_starting_together_share_their_start_calls_and_all_answer(
         calls.append(len(asks))
         return real(asks)
 
-    monkeypatch.setattr(starts, "turns_start", counting)
-    monkeypatch.setattr(starts, "_starters", type(starts._starters)())
+    monkeypatch.setattr(engine, "starter", gather.PerLoop(counting, max_batch=starts.MAX_BATCH))
 
     async def together() -> None:
         await asyncio.gather(*(engine.run_turn(turn_id) for turn_id in turn_ids))

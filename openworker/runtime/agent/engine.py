@@ -38,7 +38,7 @@ from openworker.runtime.agent.tools.registry import ToolRegistry
 from openworker.runtime.live import events
 from openworker.runtime.live.emitter import TurnEmitter
 from openworker.runtime.live.replay import get_replay_buffer
-from openworker.runtime.store import dbretry, turn_state
+from openworker.runtime.store import dbretry, step_commits, turn_state
 from openworker.runtime.store.claims import claimer
 from openworker.runtime.store.dbcall import db as _db
 from openworker.runtime.store.leases import Lease, lease_keeper
@@ -306,8 +306,10 @@ class _TurnRun:
             title = await titles.atitle_from_model(request, provider)
         # Retried like the turn's other writes: a reply already complete must not end in a
         # crash for its title (it only writes an empty title, so a replay does nothing).
-        title = await dbretry.write(
-            services.session_title_save, session_id=self.session.pk, title=title or request.fallback
+        title = await dbretry.write_gathered(
+            titles.title_saver(),
+            (self.session.pk, title or request.fallback),
+            name="session_title_save",
         )
         if title:
             await events.apublish(self.session.pk, {"type": "session.title", "title": title})
@@ -528,8 +530,9 @@ class _TurnRun:
             steps=self.totals.steps + 1,
             cost=(self.totals.cost or 0) + cost if cost is not None else self.totals.cost,
         )
-        saved = await dbretry.write(
-            turn_state.turn_step_commit,
+        # Gathered with the other turns' commits asked meanwhile: a wave of turns ends
+        # together (runtime.store.step_commits).
+        ask = step_commits.StepAsk(
             turn_id=self.turn_id,
             worker=self.me,
             session_id=self.session.pk,
@@ -550,6 +553,9 @@ class _TurnRun:
             # The step's path tip (its rows were read for this call): known here, so the
             # commit moves the active leaf within its one UPDATE.
             parent_seq=rows[-1].seq if rows else services.TIP,
+        )
+        saved = await dbretry.write_gathered(
+            step_commits.step_committer(), ask, name="turn_step_commit"
         )
         if saved.counted:
             self.totals = totals

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,7 +24,7 @@ from openworker.runtime.agent.compactor import SettingsAndState, load_settings_a
 from openworker.runtime.agent.llm import router_for_user
 from openworker.runtime.agent.tools.mcp import session_registries
 from openworker.runtime.agent.tools.registry import ToolRegistry
-from openworker.runtime.store.gather import Gatherer
+from openworker.runtime.store.gather import PerLoop
 from providers.base import ProviderClient
 from providers.edge.matrix import curated_matrix
 from providers.edge.model_policy import ModelDecision, ModelRefused, model_decide_many
@@ -145,15 +144,7 @@ async def _close(provider: ProviderClient) -> None:
 
 _closing: set[asyncio.Task[None]] = set()
 
-_starters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Gatherer[StartAsk, Started]] = (
-    weakref.WeakKeyDictionary()
+# The running event loop's gatherer of turn starts: `starter().ask(...)`.
+starter: PerLoop[StartAsk, Started] = PerLoop(
+    turns_start, max_batch=MAX_BATCH, abandoned=_abandoned
 )
-
-
-def starter() -> Gatherer[StartAsk, Started]:
-    """The running event loop's gatherer of turn starts."""
-    loop = asyncio.get_running_loop()
-    found = _starters.get(loop)
-    if found is None:
-        found = _starters[loop] = Gatherer(turns_start, max_batch=MAX_BATCH, abandoned=_abandoned)
-    return found

@@ -1,7 +1,8 @@
 """A new session's title, asked of a model from the first exchange the engine has in
 memory (no query, no thread): a few words, or the first words of the user's message when
 the call fails. Saving it never overwrites a title the user set
-(`sessions.services.session_title_save`)."""
+(`sessions.services.session_title_save`); the titles of a wave of new sessions, whose
+turns end together, are saved together (`title_saver`)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,19 @@ from typing import Any
 
 from django.conf import settings
 
+from openworker.runtime.store.gather import PerLoop
 from sessions.content import text_parts
 from sessions.models import Message, Session
-from sessions.services import TITLE_MAX_CHARS
+from sessions.services import TITLE_MAX_CHARS, session_titles_save
 
 logger = logging.getLogger(__name__)
+
+# Titles per save: one UPDATE's CASE list.
+MAX_SAVE_BATCH = 100
+
+# The running event loop's gatherer of title saves, (session id, title) each: answers
+# are the titles the sessions then have.
+title_saver: PerLoop[tuple[Any, str], str] = PerLoop(session_titles_save, max_batch=MAX_SAVE_BATCH)
 
 # The exchange a title is asked for: the first user message and the first reply.
 ROLES = ("user", "assistant")

@@ -31,6 +31,7 @@ from tenacity import (
 )
 
 from openworker.runtime.store.dbcall import db
+from openworker.runtime.store.gather import Answer, Ask, Gatherer
 
 logger = logging.getLogger(__name__)
 
@@ -66,17 +67,30 @@ def _log_retry(name: str, state: RetryCallState) -> None:
     )
 
 
-async def write(fn: Callable[..., Any], /, **kwargs: Any) -> Any:
-    """`await db(fn)(**kwargs)`, retried while the database is briefly away."""
-    retrying = AsyncRetrying(
+def _retrying(name: str) -> AsyncRetrying:
+    return AsyncRetrying(
         retry=retry_if_exception_type(TRANSIENT),
         wait=wait_exponential_jitter(initial=FIRST_WAIT_SECONDS, max=MAX_WAIT_SECONDS, jitter=1),
         stop=stop_after_delay(WRITE_RETRY_SECONDS),
-        before_sleep=functools.partial(_log_retry, getattr(fn, "__name__", "write")),
+        before_sleep=functools.partial(_log_retry, name),
         reraise=True,
     )
-    async for attempt in retrying:
+
+
+async def write(fn: Callable[..., Any], /, **kwargs: Any) -> Any:
+    """`await db(fn)(**kwargs)`, retried while the database is briefly away."""
+    async for attempt in _retrying(getattr(fn, "__name__", "write")):
         with attempt:
             call = fn if attempt.retry_state.attempt_number == 1 else _fresh(fn)
             return await db(call)(**kwargs)
+    raise AssertionError("unreachable")  # pragma: no cover - reraise=True re-raises
+
+
+async def write_gathered(gatherer: Gatherer[Ask, Answer], ask: Ask, *, name: str) -> Answer:
+    """`await gatherer.ask(ask)`, retried as `write` retries. A failed call fails its whole
+    batch, and each asker asks again (in the next batch); the database thread re-checks
+    its connection after a database error (`dbcall`), as `_fresh` does."""
+    async for attempt in _retrying(name):
+        with attempt:
+            return await gatherer.ask(ask)
     raise AssertionError("unreachable")  # pragma: no cover - reraise=True re-raises

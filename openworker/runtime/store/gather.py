@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -88,3 +89,29 @@ class Gatherer(Generic[Ask, Answer]):
                     waiting.future.set_exception(answer)
                 else:
                     waiting.future.set_result(answer)
+
+
+class PerLoop(Generic[Ask, Answer]):
+    """A `Gatherer` for each event loop that asks (futures must not cross loops), made on
+    its first ask with these arguments: `PerLoop(call, ...)()` is the running loop's."""
+
+    def __init__(
+        self,
+        call: Callable[[list[Ask]], list[Answer | Exception]],
+        *,
+        max_batch: int,
+        abandoned: Callable[[Answer], None] | None = None,
+    ) -> None:
+        self._call, self._max_batch, self._abandoned = call, max_batch, abandoned
+        self._gatherers: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, Gatherer[Ask, Answer]
+        ] = weakref.WeakKeyDictionary()
+
+    def __call__(self) -> Gatherer[Ask, Answer]:
+        loop = asyncio.get_running_loop()
+        found = self._gatherers.get(loop)
+        if found is None:
+            found = self._gatherers[loop] = Gatherer(
+                self._call, max_batch=self._max_batch, abandoned=self._abandoned
+            )
+        return found

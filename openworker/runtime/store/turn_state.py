@@ -129,6 +129,9 @@ def turns_heartbeat(*, beats: list[LeaseBeat]) -> dict[str, HeartbeatReply]:
         )
         for beat in beats
     ]
+    # In key order: a batch of step commits (`step_commits`) locks its turns in that
+    # order too, so neither waits for a row the other holds while holding one it wants.
+    rows.sort(key=lambda row: uuid.UUID(str(row[3])))
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.executemany(sql, rows)
     state = {
