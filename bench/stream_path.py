@@ -379,9 +379,18 @@ async def drive_floor(upstream: str, k: int) -> list[float]:
 # -- one K --------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ProfileWindow:
+    """When py-spy records (`--profile-window`), and how often it samples."""
+
+    after: float = 0.0  # seconds after the burst
+    seconds: int | None = None  # None: to the end of the run
+    rate: int = 100  # samples per second
+
+
 def run_k(
     k: int, upstream: str, env: dict[str, str], redis_url: str, workers: int = 1,
-    daphnes: int = 1, profile: Path | None = None,
+    daphnes: int = 1, profile: Path | None = None, window: ProfileWindow = ProfileWindow(),
 ) -> RunResult:  # fmt: skip
     from tests.support import procs
 
@@ -401,7 +410,7 @@ def run_k(
         }
         pids.update({f"worker-{n}": proc.popen.pid for n, proc in enumerate(pool)})
         monitor = Monitor(pids)
-        profilers = Profilers(pids, profile, k)
+        profilers = Profilers(pids, profile, k, window)
 
         def on_ready() -> None:
             monitor.start()
@@ -426,8 +435,10 @@ class Profilers:
     it (`--nonblocking`), per thread, as collapsed stacks (`k<K>-<process>.txt`) that
     `sort`, `grep` or a flame graph tool read."""
 
-    def __init__(self, pids: dict[str, int], folder: Path | None, k: int) -> None:
-        self.pids, self.folder, self.k = pids, folder, k
+    def __init__(
+        self, pids: dict[str, int], folder: Path | None, k: int, window: ProfileWindow
+    ) -> None:
+        self.pids, self.folder, self.k, self.window = pids, folder, k, window
         self.running: list[subprocess.Popen[bytes]] = []
 
     def start(self) -> None:
@@ -440,11 +451,15 @@ class Profilers:
         for name, pid in self.pids.items():
             out = self.folder / f"k{self.k}-{name}.txt"
             command = [
-                str(py_spy), "record", "--pid", str(pid), "--rate", "100", "--nonblocking",
-                "--threads", "--format", "raw", "--output", str(out),
+                str(py_spy), "record", "--pid", str(pid), "--rate", str(self.window.rate),
+                "--nonblocking", "--threads", "--format", "raw", "--output", str(out),
             ]  # fmt: skip
+            if self.window.seconds is not None:
+                command += ["--duration", str(self.window.seconds)]
+            # A later window (a wave's end, say): the shell waits, then becomes py-spy.
+            waiting = ["sh", "-c", f'sleep {self.window.after}; exec "$0" "$@"', *command]
             self.running.append(
-                subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                subprocess.Popen(waiting, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             )
 
     def stop(self) -> None:
@@ -681,8 +696,22 @@ def main() -> int:
         help="distributed mode: record each server process with py-spy (`pip install "
         "py-spy`) from the burst to the end of the run, as collapsed stacks in DIR",
     )
+    parser.add_argument(
+        "--profile-window",
+        default=None,
+        metavar="AFTER,SECONDS",
+        help="with --profile: record SECONDS (whole) from AFTER seconds after the burst "
+        "(e.g. 6,3 for K = 500's first wave ending), not the whole run",
+    )
+    parser.add_argument(
+        "--profile-rate", type=int, default=100, metavar="HZ", help="py-spy samples per second"
+    )
     args = parser.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
+    window = ProfileWindow(rate=args.profile_rate)
+    if args.profile_window:
+        after, seconds = args.profile_window.split(",")
+        window = ProfileWindow(after=float(after), seconds=int(seconds), rate=args.profile_rate)
     # SIGTERM unwinds like Ctrl-C, so every `finally` stops its processes.
     signal.signal(signal.SIGTERM, _interrupt)
     with contextlib.ExitStack() as stack:
@@ -714,7 +743,7 @@ def main() -> int:
                     results.append(
                         run_k(
                             k, upstream, env, args.redis_url, args.workers, args.daphnes,
-                            profile=args.profile,
+                            profile=args.profile, window=window,
                         )
                     )  # fmt: skip
                 load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
