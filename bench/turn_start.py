@@ -109,11 +109,11 @@ def run(k: int) -> list[tuple[str, Measured]]:
     from openworker.runtime.agent import starts
     from openworker.runtime.agent.history import outbound_messages
     from openworker.runtime.agent.llm import router_for_user
-    from openworker.runtime.store import turn_state
+    from openworker.runtime.store import step_commits, turn_state
     from openworker.runtime.store.claims import MAX_BATCH
     from openworker.runtime.turns import commands
     from openworker.runtime.turns.send_batch import MAX_BATCH as SEND_BATCH
-    from sessions import services
+    from sessions import selectors, services
     from sessions.models import Session
 
     ids = [session_id for session_id, _ in make_sessions(k, UPSTREAM)]
@@ -143,8 +143,9 @@ def run(k: int) -> list[tuple[str, Measured]]:
             history, owner_id=turn.session.owner_id, caps=caps, compaction_state=None
         )
 
-    def commit(turn: Any) -> Any:
-        return turn_state.turn_step_commit(
+    def step(turn: Any) -> step_commits.StepAsk:
+        # As the engine asks it: the step's parent is its path's tip, read for the call.
+        return step_commits.StepAsk(
             turn_id=turn.pk,
             worker="bench",
             session_id=turn.session_id,
@@ -158,10 +159,24 @@ def run(k: int) -> list[tuple[str, Measured]]:
             totals=turn_state.StepTotals(usage={"input": 40, "output": 120}, steps=1, cost=None),
             context_tokens=160,
             finish="completed",
+            parent_seq=tips[turn.pk],
         )
+
+    def commit(turn: Any) -> Any:
+        return step(turn).alone()
+
+    def commits(batch: list[Any]) -> list[Any]:
+        saved = step_commits.turn_step_commits([step(turn) for turn in batch])
+        for item in saved:
+            if isinstance(item, Exception):
+                raise item
+        return saved
 
     def title(turn: Any) -> Any:
         return services.session_title_save(session_id=turn.session_id, title="A short title")
+
+    def titles(batch: list[Any]) -> list[str]:
+        return services.session_titles_save([(turn.session_id, "A short title") for turn in batch])
 
     def send_batch(batch: list[Session]) -> list[Any]:
         requests = [
@@ -199,8 +214,19 @@ def run(k: int) -> list[tuple[str, Measured]]:
     together = [item for batch in started for item in batch]
     paths = {turn.pk: item.path for turn, item in zip(claimed[half:], together, strict=True)}
     rows.append(("outbound view", measure(outbound, claimed[half:])[0]))
-    for name, fn in (("model call's commit", commit), ("title", title)):
-        rows.append((name, measure(fn, claimed)[0]))
+    tips = {turn.pk: selectors.turn_path(turn=turn)[-1].seq for turn in claimed}
+    # A turn's end alone, and a wave's (`step_commits`, `session_titles_save`).
+    rows.append(("model call's commit alone", measure(commit, claimed[:half])[0]))
+    end_batches = [
+        claimed[i : i + step_commits.MAX_BATCH]
+        for i in range(half, len(claimed), step_commits.MAX_BATCH)
+    ]
+    measured, _ = measure(commits, end_batches)
+    per_turn = f"{step_commits.MAX_BATCH} at once, per turn"
+    rows.append((f"model calls' commits ({per_turn})", per_item(measured, end_batches)))
+    rows.append(("title alone", measure(title, claimed[:half])[0]))
+    measured, _ = measure(titles, end_batches)
+    rows.append((f"titles ({per_turn})", per_item(measured, end_batches)))
     return rows
 
 
@@ -227,7 +253,8 @@ def main() -> None:
     # its share of the start call and its outbound view.
     for label, part in (
         ("per turn start (worker, a burst)", [table[2], table[4], table[5]]),
-        ("per turn end (worker)", table[6:]),
+        ("per turn end (worker, alone)", [table[6], table[8]]),
+        ("per turn end (worker, a wave)", [table[7], table[9]]),
     ):
         table.append(
             (label, sum(r[1] for r in part), "-", sum(r[3] for r in part), sum(r[4] for r in part))

@@ -274,6 +274,12 @@ CELERY_WORKER_POOL = "threads"
 # on a 2-core machine at 20 tokens/s per turn with p99 added latency under 50 ms
 # (docs/PERFORMANCE.md); past it every stream slowed and, at 1,000, turns were lost.
 TURNS_PER_PROCESS = envint("OPENWORKER_TURNS_PER_PROCESS", 200, minimum=1)
+# How fast turns start (a second, after a burst of ADMIT_BURST at once; 0: as fast as
+# places are free). Turns started together end together: 200 starts landing in one
+# instant, a burst's or a wave's as its predecessor ends, slowed every stream already
+# running (docs/PERFORMANCE.md, session 12). Past the pace a turn waits in the queue.
+ADMITS_PER_SECOND = envfloat("OPENWORKER_ADMITS_PER_SECOND", 100.0)
+ADMIT_BURST = envint("OPENWORKER_ADMIT_BURST", 20, minimum=1)
 # A Celery thread per turn delivered, running or waiting its place: more threads than
 # turns admitted, so the admission queue (which tells pages their place and holds the
 # turns against re-dispatch), not the broker, is where a burst waits. A waiting thread

@@ -203,3 +203,79 @@ async def test_the_engine_gives_the_place_back_before_a_new_sessions_title(
     assert order == ["final", "title"]
     assert (await Turn.objects.aget(pk=turn.pk)).status == "completed"
     assert (await Session.objects.aget(pk=session.pk)).title == "A fine title"
+
+
+async def _a_wave_ending_together(
+    control: admission.Admission, waiting: int, settings: Any, pace: tuple[float, int]
+) -> tuple[list[float], list[str]]:
+    """`control.capacity` turns run (started unpaced) and `waiting` more wait; the running
+    ones all end in the same instant, and the pace is `pace` (turns a second, burst). The
+    loop times at which the waiting ones then started, in order."""
+    settings.ADMITS_PER_SECOND = 0
+    loop = asyncio.get_running_loop()
+    ended = asyncio.Event()
+    started: list[float] = []
+    order: list[str] = []
+
+    async def start(turn_id: str, release: Any) -> None:
+        if turn_id.startswith("first"):
+            await ended.wait()
+        else:
+            started.append(loop.time())
+            order.append(turn_id)
+
+    control.hold_once = _no_database  # type: ignore[method-assign]
+    names = [f"first-{i}" for i in range(control.capacity)]
+    names += [f"next-{i}" for i in range(waiting)]
+    tasks = [asyncio.ensure_future(control.run(name, start)) for name in names]
+    await asyncio.sleep(0)
+    assert len(control.running) == control.capacity
+    settings.ADMITS_PER_SECOND, settings.ADMIT_BURST = pace
+    ended.set()
+    await asyncio.gather(*tasks)
+    return started, order
+
+
+async def test_places_freed_together_go_to_waiting_turns_at_the_paced_rate(
+    settings: Any,
+) -> None:
+    started, order = await _a_wave_ending_together(
+        admission.Admission(capacity=10),
+        10,
+        settings,
+        pace=(50.0, 3),  # one every 20 ms
+    )
+    assert order == [f"next-{i}" for i in range(10)]  # first come, first served
+    spacing = 1 / 50.0
+    # A burst at once, then one per spacing: never sooner (a busy loop may be later).
+    for index in range(3, 10):
+        assert started[index] - started[0] >= (index - 2) * spacing - 0.002, started
+
+
+async def test_unpaced_the_waiting_turns_take_the_freed_places_at_once(settings: Any) -> None:
+    control = admission.Admission(capacity=10)
+    deferred: list[int] = []
+    control._paced_admit = lambda: deferred.append(1)  # type: ignore[method-assign]
+    _, order = await _a_wave_ending_together(control, 10, settings, pace=(0.0, 1))
+    assert order == [f"next-{i}" for i in range(10)]
+    assert deferred == []  # each admitted as its place freed, none left for later
+
+
+async def test_a_burst_of_sends_past_the_pace_starts_spread_even_with_places_free(
+    settings: Any,
+) -> None:
+    settings.ADMITS_PER_SECOND, settings.ADMIT_BURST = 50.0, 3
+    loop = asyncio.get_running_loop()
+    started: dict[str, float] = {}
+
+    async def start(turn_id: str, release: Any) -> None:
+        started[turn_id] = loop.time()
+
+    control = admission.Admission(capacity=100)
+    control.hold_once = _no_database  # type: ignore[method-assign]
+    names = [f"turn-{i}" for i in range(7)]
+    await asyncio.gather(*(control.run(name, start) for name in names))
+    times = [started[name] for name in names]
+    assert times == sorted(times)  # in the order they came
+    for index in range(3, 7):
+        assert times[index] - times[0] >= (index - 2) / 50 - 0.002, times

@@ -75,6 +75,10 @@ class Admission:
         self.waiting: OrderedDict[str, _Waiter] = OrderedDict()
         self._holder: asyncio.Task[None] | None = None
         self._arrived: asyncio.Event | None = None
+        # Pacing of admissions from the queue (a generic cell rate: the loop time the
+        # next admission is due at, and the wake-up set for it when it is not yet due).
+        self._due = 0.0
+        self._paced: asyncio.TimerHandle | None = None
 
     @property
     def capacity(self) -> int:
@@ -97,7 +101,7 @@ class Admission:
             logger.info("turn %s is already here; duplicate delivery ignored", turn_id)
             return
         self._ensure_holder()
-        if self.waiting or len(self.running) >= self.capacity:
+        if self.waiting or len(self.running) >= self.capacity or not self._may_admit_now():
             if not await self._wait(turn_id):
                 return
         else:
@@ -135,11 +139,38 @@ class Admission:
 
     def _admit_next(self) -> None:
         while self.waiting and len(self.running) < self.capacity:
-            turn_id, waiter = self.waiting.popitem(last=False)
-            if waiter.admitted.done():
+            turn_id, waiter = next(iter(self.waiting.items()))
+            if waiter.admitted.done():  # stopped while it waited: it takes no place
+                del self.waiting[turn_id]
                 continue
+            if not self._may_admit_now():
+                return
+            del self.waiting[turn_id]
             self.running.add(turn_id)
             waiter.admitted.set_result(None)
+
+    def _may_admit_now(self) -> bool:
+        """Whether the pace (settings.ADMITS_PER_SECOND, ADMIT_BURST at once) allows one
+        more turn to start now; when it does not, `_admit_next` runs again once it will.
+        A burst of sends, and the places a wave frees at once (turns started together end
+        together), start over a second or two instead of landing on the streams already
+        running all in the same instant."""
+        rate = settings.ADMITS_PER_SECOND
+        if rate <= 0:
+            return True
+        loop = asyncio.get_running_loop()
+        now, spacing = loop.time(), 1.0 / rate
+        early = settings.ADMIT_BURST * spacing  # how far ahead of its due time one may go
+        if self._due - now > early - spacing:
+            if self._paced is None:
+                self._paced = loop.call_at(self._due - early + spacing, self._paced_admit)
+            return False
+        self._due = max(self._due, now) + spacing
+        return True
+
+    def _paced_admit(self) -> None:
+        self._paced = None
+        self._admit_next()
 
     # --- holding the waiting turns, telling their pages --------------------------------
 
