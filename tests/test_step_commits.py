@@ -7,22 +7,18 @@ PostgreSQL in the distributed phase."""
 
 from __future__ import annotations
 
-import asyncio
 from decimal import Decimal
 from typing import Any
 
 import pytest
-from asgiref.sync import async_to_sync
 from django.db import DataError, connection
 from django.test.utils import CaptureQueriesContext
 
-from openworker.runtime.agent import engine
-from openworker.runtime.store import gather, step_commits, turn_state
-from openworker.runtime.turns import commands, runner
-from sessions import selectors, services
+from openworker.runtime.store import step_commits, turn_state
+from sessions import services
 from sessions.models import Message, Session, Turn
-from tests.fakes import Reply, text
-from tests.support.chat import users_with_a_session
+from tests.support import burst
+from tests.support.burst import run_a_burst_counting
 
 WORKER = "host:1:abcd"
 
@@ -206,37 +202,12 @@ class TestOnPostgres(StepCommitsContract):
 def test_turns_ending_together_share_their_commits_and_all_complete(
     anthropic_fake: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    model = "anthropic:claude-test-1"
-    pairs = users_with_a_session(8, anthropic_fake.base_url, prefix="wave", model=model)
-    for index in range(len(pairs)):
-        anthropic_fake.push(Reply(text(f"Reply {index}.")))
-    monkeypatch.setattr(runner, "_dispatch", lambda turn_ids: None)
-    turn_ids = [
-        str(commands.turn_send(session=session, user=user, text="hello").pk)
-        for user, session in pairs
-    ]
-    calls: list[int] = []
-
-    def counting(asks: list[step_commits.StepAsk]) -> Any:
-        calls.append(len(asks))
-        return step_commits.turn_step_commits(asks)
-
-    monkeypatch.setattr(
-        step_commits, "step_committer", gather.PerLoop(counting, max_batch=step_commits.MAX_BATCH)
+    sizes = run_a_burst_counting(
+        anthropic_fake,
+        monkeypatch,
+        owner_of_gatherer=step_commits,
+        name="step_committer",
+        call=step_commits.turn_step_commits,
+        max_batch=step_commits.MAX_BATCH,
     )
-
-    async def together() -> None:
-        await asyncio.gather(*(engine.run_turn(turn_id) for turn_id in turn_ids))
-
-    async_to_sync(together)()
-    assert sum(calls) == len(turn_ids) and len(calls) < len(turn_ids), calls
-    assert set(Turn.objects.filter(pk__in=turn_ids).values_list("status", flat=True)) == {
-        "completed"
-    }
-    replies = sorted(
-        m.content
-        for tid in turn_ids
-        for m in selectors.turn_path(turn=Turn.objects.get(pk=tid))
-        if m.role == "assistant"
-    )
-    assert replies == sorted(f"Reply {i}." for i in range(len(pairs)))
+    assert sum(sizes) == burst.TURNS and len(sizes) < burst.TURNS, sizes

@@ -18,15 +18,15 @@ from django.test.utils import CaptureQueriesContext
 from openworker.runtime.agent import compactor, engine, starts
 from openworker.runtime.agent.tools.mcp import session_registry
 from openworker.runtime.store import gather, turn_state
-from openworker.runtime.turns import commands, runner
 from providers.edge.matrix import curated_matrix
 from providers.edge.model_policy import ModelRefused, model_decide_for_user_id
 from providers.edge.models import MatrixModel, ProviderProfile
 from providers.edge.secret_store import UserSecretStore, user_secret_stores
 from sessions import selectors
 from sessions.models import CompactionSettings, Session, Turn
-from tests.fakes import Reply, text
-from tests.support.chat import point_provider_at, users_with_a_session
+from tests.support import burst
+from tests.support.burst import run_a_burst_counting
+from tests.support.chat import point_provider_at
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -250,37 +250,15 @@ def test_an_answer_whose_asker_left_is_handed_back_to_be_released(
 def test_turns_starting_together_share_their_start_calls_and_all_answer(
     anthropic_fake: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pairs = users_with_a_session(8, anthropic_fake.base_url, prefix="burst", model=CUSTOM)
-    for index in range(len(pairs)):
-        anthropic_fake.push(Reply(text(f"Reply {index}.")))
-    monkeypatch.setattr(runner, "_dispatch", lambda turn_ids: None)
-    turn_ids = [
-        str(commands.turn_send(session=session, user=user, text="hello").pk)
-        for user, session in pairs
-    ]
-    calls: list[int] = []
-    real = starts.turns_start
-
-    def counting(asks: list[starts.StartAsk]) -> Any:
-        calls.append(len(asks))
-        return real(asks)
-
-    monkeypatch.setattr(engine, "starter", gather.PerLoop(counting, max_batch=starts.MAX_BATCH))
-
-    async def together() -> None:
-        await asyncio.gather(*(engine.run_turn(turn_id) for turn_id in turn_ids))
-
-    async_to_sync(together)()
-    assert sum(calls) == len(turn_ids) and len(calls) < len(turn_ids), calls
-    statuses = set(Turn.objects.filter(pk__in=turn_ids).values_list("status", flat=True))
-    assert statuses == {"completed"}
-    replies = sorted(
-        m.content
-        for tid in turn_ids
-        for m in selectors.turn_path(turn=Turn.objects.get(pk=tid))
-        if m.role == "assistant"
+    sizes = run_a_burst_counting(
+        anthropic_fake,
+        monkeypatch,
+        owner_of_gatherer=engine,
+        name="starter",
+        call=starts.turns_start,
+        max_batch=starts.MAX_BATCH,
     )
-    assert replies == sorted(f"Reply {i}." for i in range(len(pairs)))
+    assert sum(sizes) == burst.TURNS and len(sizes) < burst.TURNS, sizes
 
 
 @pytest.mark.distributed

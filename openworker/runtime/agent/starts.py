@@ -24,7 +24,7 @@ from openworker.runtime.agent.compactor import SettingsAndState, load_settings_a
 from openworker.runtime.agent.llm import router_for_user
 from openworker.runtime.agent.tools.mcp import session_registries
 from openworker.runtime.agent.tools.registry import ToolRegistry
-from openworker.runtime.store.gather import PerLoop
+from openworker.runtime.store.gather import Gatherer, PerLoop
 from providers.base import ProviderClient
 from providers.edge.matrix import curated_matrix
 from providers.edge.model_policy import ModelDecision, ModelRefused, model_decide_many
@@ -146,5 +146,5 @@ _closing: set[asyncio.Task[None]] = set()
 
 # The running event loop's gatherer of turn starts: `starter().ask(...)`.
 starter: PerLoop[StartAsk, Started] = PerLoop(
-    turns_start, max_batch=MAX_BATCH, abandoned=_abandoned
+    lambda: Gatherer(turns_start, max_batch=MAX_BATCH, abandoned=_abandoned)
 )

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings
 
-from openworker.runtime.store.gather import PerLoop
+from openworker.runtime.store.gather import Gatherer, PerLoop
 from sessions.content import text_parts
 from sessions.models import Message, Session
 from sessions.services import TITLE_MAX_CHARS, session_titles_save
@@ -24,7 +24,9 @@ MAX_SAVE_BATCH = 100
 
 # The running event loop's gatherer of title saves, (session id, title) each: answers
 # are the titles the sessions then have.
-title_saver: PerLoop[tuple[Any, str], str] = PerLoop(session_titles_save, max_batch=MAX_SAVE_BATCH)
+title_saver: PerLoop[tuple[Any, str], str] = PerLoop(
+    lambda: Gatherer(session_titles_save, max_batch=MAX_SAVE_BATCH)
+)
 
 # The exchange a title is asked for: the first user message and the first reply.
 ROLES = ("user", "assistant")

@@ -92,17 +92,11 @@ class Gatherer(Generic[Ask, Answer]):
 
 
 class PerLoop(Generic[Ask, Answer]):
-    """A `Gatherer` for each event loop that asks (futures must not cross loops), made on
-    its first ask with these arguments: `PerLoop(call, ...)()` is the running loop's."""
+    """A `Gatherer` for each event loop that asks (futures must not cross loops), made by
+    `make()` on the loop's first ask: `PerLoop(make)()` is the running loop's."""
 
-    def __init__(
-        self,
-        call: Callable[[list[Ask]], list[Answer | Exception]],
-        *,
-        max_batch: int,
-        abandoned: Callable[[Answer], None] | None = None,
-    ) -> None:
-        self._call, self._max_batch, self._abandoned = call, max_batch, abandoned
+    def __init__(self, make: Callable[[], Gatherer[Ask, Answer]]) -> None:
+        self._make = make
         self._gatherers: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, Gatherer[Ask, Answer]
         ] = weakref.WeakKeyDictionary()
@@ -111,7 +105,5 @@ class PerLoop(Generic[Ask, Answer]):
         loop = asyncio.get_running_loop()
         found = self._gatherers.get(loop)
         if found is None:
-            found = self._gatherers[loop] = Gatherer(
-                self._call, max_batch=self._max_batch, abandoned=self._abandoned
-            )
+            found = self._gatherers[loop] = self._make()
         return found

@@ -30,7 +30,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from openworker.runtime.store import dbretry, turn_state
-from openworker.runtime.store.gather import PerLoop
+from openworker.runtime.store.gather import Gatherer, PerLoop
 from openworker.runtime.store.turn_state import StepSaved, StepTotals
 from sessions import services
 from sessions.models import Session, Turn
@@ -56,17 +56,8 @@ class StepAsk:
     parent_seq: Any = services.TIP
 
     def alone(self) -> StepSaved:
-        return turn_state.turn_step_commit(
-            turn_id=self.turn_id,
-            worker=self.worker,
-            session_id=self.session_id,
-            message=self.message,
-            dedupe_key=self.dedupe_key,
-            totals=self.totals,
-            context_tokens=self.context_tokens,
-            finish=self.finish,
-            parent_seq=self.parent_seq,
-        )
+        """This commit in a transaction of its own (the fields are its arguments)."""
+        return turn_state.turn_step_commit(**vars(self))
 
 
 def turn_step_commits(asks: list[StepAsk]) -> list[StepSaved | Exception]:
@@ -195,4 +186,6 @@ def _turns_update(asks: list[StepAsk], now: Any) -> None:
 
 
 # The running event loop's gatherer of step commits: `step_committer().ask(...)`.
-step_committer: PerLoop[StepAsk, StepSaved] = PerLoop(turn_step_commits, max_batch=MAX_BATCH)
+step_committer: PerLoop[StepAsk, StepSaved] = PerLoop(
+    lambda: Gatherer(turn_step_commits, max_batch=MAX_BATCH)
+)

@@ -14,6 +14,10 @@ renewing, and its waiting turns are handed over again within seconds of the redi
 delay. The same hold says which waiting turns were stopped meanwhile: they leave the
 queue without running.
 
+Turns also start at a pace (`ADMITS_PER_SECOND` after a burst of `ADMIT_BURST`): turns
+started together end together, and a burst's or a wave's starts all in one instant
+slowed every stream already running. Past the pace a turn waits in the same queue.
+
 While waiting, the turn's page gets `turn.queued {turn, seq, position}` (1 = next), once
 on arrival and then at most every `HOLD_SECONDS` when the position changed: through the
 turn's replay buffer like every turn event, so a page that reloads sees it too.
@@ -75,8 +79,8 @@ class Admission:
         self.waiting: OrderedDict[str, _Waiter] = OrderedDict()
         self._holder: asyncio.Task[None] | None = None
         self._arrived: asyncio.Event | None = None
-        # Pacing of admissions from the queue (a generic cell rate: the loop time the
-        # next admission is due at, and the wake-up set for it when it is not yet due).
+        # The pace of starts (a generic cell rate: the loop time the next start is due
+        # at, and the wake-up set for it when one is not yet due).
         self._due = 0.0
         self._paced: asyncio.TimerHandle | None = None
 
