@@ -453,7 +453,7 @@ def test_per_event_delay_sets_a_token_rate() -> None:
 
 def test_pause_mid_stream_trips_the_client_read_timeout(oai: OpenAIChatFake) -> None:
     oai.push(Reply(text("before"), pause(3), text("after")))
-    client = openai_client(oai, timeout=httpx.Timeout(5, read=0.3))
+    client = openai_client(oai, timeout=openai.Timeout(5, read=0.3))
     with pytest.raises(openai.APITimeoutError):
         list(client.chat.completions.create(model="m", messages=USER_HI, stream=True))
 

@@ -1013,7 +1013,7 @@ def test_reset_mid_stream_is_a_connection_error(server):
 
 def test_pause_mid_stream_trips_the_client_read_timeout(server):
     server.push(fake.Reply(fake.text("before"), fake.pause(3), fake.text("after")))
-    client = sdk(server, timeout=httpx.Timeout(5, read=0.3))
+    client = sdk(server, timeout=openai.Timeout(5, read=0.3))
     with pytest.raises(openai.APITimeoutError):
         list(client.responses.create(model="m", input="hi", stream=True))
 
