@@ -179,6 +179,72 @@ def _cpu(proc: Any) -> float:
     return float(times.user + times.system)
 
 
+# The kinds of process a run's box holds besides the servers, in print order.
+BOX_KINDS = ("client", "upstream", "redis", "postgres", "other")
+
+
+@dataclass
+class BoxCPU:
+    """Every process's CPU on the box between `start` and `stop`, by kind: the servers
+    (`servers`: pid to name, "daphne-0" counting as "daphne"), the bench itself (its
+    sockets: "client"), the stamping upstream, Redis, PostgreSQL and the rest. On a box
+    that runs the clients and the upstream too, this says where its cores went.
+
+    A process that ended during the run (a PostgreSQL backend, say) is not counted: the
+    figures are a floor."""
+
+    servers: dict[int, str]
+    upstream_marker: str = "_common.py upstream"
+    _start: dict[int, tuple[str, float]] = field(default_factory=dict)
+    _started_at: float = 0.0
+    seconds: float = 0.0
+    cpu: dict[str, float] = field(default_factory=dict)
+
+    def start(self) -> BoxCPU:
+        self._started_at = time.monotonic()
+        self._start = self._snapshot()
+        return self
+
+    def stop(self) -> dict[str, float]:
+        end = self._snapshot()
+        self.seconds = time.monotonic() - self._started_at
+        self.cpu = {}
+        for pid, (kind, cpu) in end.items():
+            before = self._start.get(pid)
+            spent = cpu - before[1] if before is not None and before[0] == kind else cpu
+            self.cpu[kind] = self.cpu.get(kind, 0.0) + spent
+        return self.cpu
+
+    def busy_cores(self) -> float:
+        """The box's mean number of busy cores over the run."""
+        return sum(self.cpu.values()) / max(self.seconds, 1e-9)
+
+    def _snapshot(self) -> dict[int, tuple[str, float]]:
+        import psutil
+
+        taken: dict[int, tuple[str, float]] = {}
+        for proc in psutil.process_iter(["name", "cmdline"]):
+            with contextlib.suppress(psutil.Error):
+                taken[proc.pid] = (self._kind(proc), _cpu(proc))
+        return taken
+
+    def _kind(self, proc: Any) -> str:
+        import os
+
+        if proc.pid in self.servers:
+            return self.servers[proc.pid].split("-")[0]
+        if proc.pid == os.getpid():
+            return "client"
+        name = proc.info["name"] or ""
+        if name.startswith("redis-server"):
+            return "redis"
+        if name.startswith("postgres"):
+            return "postgres"
+        if self.upstream_marker in " ".join(proc.info["cmdline"] or ()):
+            return "upstream"
+        return "other"
+
+
 # -- the stamping upstream --------------------------------------------------------------
 
 

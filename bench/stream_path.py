@@ -57,6 +57,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import (
+    BOX_KINDS,
+    BoxCPU,
     Monitor,
     ProcStats,
     now_us,
@@ -145,6 +147,8 @@ class RunResult:
     # sends that long) and to the last turn's claim (the worker started them that long):
     # the first token of a burst waits on the later of the two.
     burst: tuple[float, float] | None = None
+    # Distributed mode: every process's CPU during the run, by kind (`BoxCPU`).
+    box: BoxCPU | None = None
 
     @property
     def latencies(self) -> list[float]:
@@ -410,16 +414,19 @@ def run_k(
         }
         pids.update({f"worker-{n}": proc.popen.pid for n, proc in enumerate(pool)})
         monitor = Monitor(pids)
+        box = BoxCPU({pid: name for name, pid in pids.items()})
         profilers = Profilers(pids, profile, k, window)
 
         def on_ready() -> None:
             monitor.start()
+            box.start()
             profilers.start()
 
         try:
             clients = asyncio.run(drive_websockets(bases, sessions, on_ready))
         finally:
             stats = monitor.stop() if monitor.stats else {}
+            box.stop()
             profilers.stop()
         if any(c.status != "completed" for c in clients):
             for n, worker in enumerate(pool):
@@ -427,7 +434,7 @@ def run_k(
                 saved.write_text(worker.output())
                 print(f"K={k}: not every turn completed; worker {n}'s whole log is in {saved}")
     floor = asyncio.run(drive_floor(upstream, k))
-    return RunResult(k, clients, floor, stats, burst=burst_spans(clients))
+    return RunResult(k, clients, floor, stats, burst=burst_spans(clients), box=box)
 
 
 class Profilers:
@@ -620,6 +627,8 @@ def report(results: list[RunResult], mode: str = "distributed") -> bool:
                 f"K={r.k}: the sends were committed within {r.burst[0]:.2f} s of the first, "
                 f"the turns claimed within {r.burst[1]:.2f} s"
             )
+        if r.box is not None:
+            print_box(r)
         problems = Counter(e for c in r.clients for e in c.errors)
         for message, count in problems.most_common(3):
             print(f"K={r.k}: {count} x {message}")
@@ -641,6 +650,20 @@ def report(results: list[RunResult], mode: str = "distributed") -> bool:
         summary += f"(got {mismatched} differing)"
     print(f"{summary}: {verdict(ok)}")
     return ok
+
+
+def print_box(r: RunResult) -> None:
+    """Where the box's cores went during the run: each kind of process's CPU per frame a
+    page received (the client's and the upstream's too, which a deployment's box does
+    not carry)."""
+    assert r.box is not None
+    frames = max(sum(c.frames for c in r.clients), 1)
+    kinds = [k for k in ("daphne", "worker", *BOX_KINDS) if k in r.box.cpu]
+    spent = ", ".join(f"{kind} {r.box.cpu[kind] * 1e6 / frames:.0f}" for kind in kinds)
+    print(
+        f"K={r.k}: CPU µs per frame by process: {spent}; the box ran "
+        f"{r.box.busy_cores():.2f} of {os.cpu_count()} cores busy over {r.box.seconds:.1f} s"
+    )
 
 
 def _total(stats: dict[str, ProcStats], kind: str) -> ProcStats:
