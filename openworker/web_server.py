@@ -5,6 +5,11 @@ strings carry what must not reach a log: the authorization code and state of the
 and MCP OAuth callbacks (`?code=...&state=...`), search terms a user typed. The log keeps
 the method, the path, the status and the size, and says a query was there.
 
+Autobahn (Daphne's websocket protocol) builds the arguments of a debug log line for every
+frame it sends, whether or not debug is logged: three `click.style` calls, about 8 µs a
+frame, 5 % of Daphne's CPU per frame (py-spy, bench/stream_path.py). The web process
+gives it plain versions of those two helpers (`plain_autobahn_log_arguments`).
+
 Run as `python -m openworker.web_server` with Daphne's own arguments (`make run`, the
 Dockerfile, docker-compose.yml). It serves on uvloop where installed
 (`openworker.event_loop`): Daphne builds Twisted's event loop when `daphne.server` is
@@ -57,7 +62,28 @@ class WebServerCLI(CommandLineInterface):
     server_class = RedactingServer
 
 
+def _plain_type(obj: object) -> str:
+    return f"<{getattr(obj, '__qualname__', type(obj).__qualname__)}>"
+
+
+def _plain_value(value: object, *_: Any, **__: Any) -> object:
+    return value
+
+
+def plain_autobahn_log_arguments() -> None:
+    """Autobahn's websocket modules format their debug log arguments with these names,
+    eagerly (`hltype`, `hlval`: colours from `click`); plain ones cost a fraction. The
+    debug lines, when logged, read the same without the colours."""
+    from autobahn.twisted import websocket as twisted_websocket
+    from autobahn.websocket import protocol
+
+    for module in (protocol, twisted_websocket):
+        module.hltype = _plain_type  # type: ignore[attr-defined]
+        module.hlval = _plain_value  # type: ignore[attr-defined]
+
+
 def main() -> None:
+    plain_autobahn_log_arguments()
     WebServerCLI.entrypoint()
 
 
