@@ -25,6 +25,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.layers import get_channel_layer
 from channels.sessions import InstanceSessionWrapper
 
+from openworker import compact_json
 from openworker.middleware import text_problem
 from openworker.runtime.live import events
 from openworker.runtime.live.replay import get_replay_buffer
@@ -430,7 +431,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         async with self.deliver_lock:
             if event["seq"] <= self.sent.get(turn_id, 0):
                 return
-            await self.frame_send({"type": "websocket.send", "text": json.dumps(event)})
+            await self.frame_send({"type": "websocket.send", "text": compact_json.dumps(event)})
             self.sent[turn_id] = event["seq"]
             self.gaps.pop(turn_id, None)  # progress: any wait at a gap starts again
         kind = event.get("type")

@@ -257,6 +257,22 @@ async def test_an_abandoned_channel_is_forgotten_after_the_forget_delay(
     assert await waiting == {"type": "direct"}
 
 
+async def test_an_invalid_group_or_channel_name_is_refused_every_time(layers) -> None:
+    # Checked names are remembered for the streaming path's publishes; a bad one never is.
+    layer = layers()
+    for _ in range(2):
+        with pytest.raises(TypeError):
+            layer.group_send_nowait("not a group!", {"type": "x"})
+        with pytest.raises(TypeError):
+            await layer.receive("not a channel!")
+    channel = await joined(layer, "room")
+    for n in range(3):
+        await layer.group_send("room", {"type": "ok", "n": n})
+    assert [await receive(layer, channel) for _ in range(3)] == [
+        {"type": "ok", "n": n} for n in range(3)
+    ]
+
+
 async def test_flush_drops_every_subscription(layers, prefix: str) -> None:
     layer = layers()
     channel = await joined(layer, "room")

@@ -207,3 +207,12 @@ async def test_batcher_for_gives_one_batcher_per_event_loop_and_url() -> None:
     assert pong == b"PONG"
     await here.aclose()
     await batcher_for(other_url).aclose()
+
+
+def test_a_refused_argument_is_named_by_its_type_never_by_the_command() -> None:
+    # The commands carry transcripts: an error message may reach a log.
+    with pytest.raises(DataError) as refused:
+        pack(("XADD", "turn:1:events", "e", "a private sentence", None))
+    assert "NoneType" in str(refused.value)
+    assert "private" not in str(refused.value)
+    assert pack(["PING"]) == b"*1\r\n$4\r\nPING\r\n"  # any sequence, not only tuples

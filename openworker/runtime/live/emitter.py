@@ -209,15 +209,13 @@ class TurnEmitter:
         self._text.clear()
         self._reasoning.clear()
         self._last_flush = asyncio.get_running_loop().time()
-        _, stored, published = self._send("delta", fields)
-        for what, future in zip(_WHAT, (stored, published), strict=True):
-            self._in_flight.add(future)
-            future.add_done_callback(functools.partial(self._delta_done, what))
+        self._send("delta", fields, unawaited=True)
 
-    def _delta_done(self, what: str, future: asyncio.Future[Any]) -> None:
+    def _published_done(self, future: asyncio.Future[Any]) -> None:
+        """An unawaited publish's outcome."""
         self._in_flight.discard(future)
         if not future.cancelled() and future.exception() is not None:
-            self._log_failure(what, future.exception())
+            self._log_failure(_WHAT[1], future.exception())
 
     async def flush(self) -> None:
         self.flush_now()
@@ -228,7 +226,13 @@ class TurnEmitter:
             await asyncio.gather(*self._in_flight, return_exceptions=True)
         await self._wait_repair()
 
-    def _send(self, type_: str, fields: dict[str, Any]) -> tuple[dict[str, Any], Any, Any]:
+    def _send(
+        self, type_: str, fields: dict[str, Any], *, unawaited: bool = False
+    ) -> tuple[dict[str, Any], Any, Any]:
+        """Number the event, keep it, and queue its append and then its publish. Nobody
+        awaits an `unawaited` event's outcome (a delta): it is logged here, and `close`
+        waits for it. One callback per outcome, without a `partial` where it can: a
+        streaming worker sends thousands of these a second."""
         self.seq += 1
         event = {"type": type_, "turn": self.turn_id, "seq": self.seq, **fields}
         self._history.append(event)
@@ -242,14 +246,22 @@ class TurnEmitter:
         # buffer to catch up (`SessionConsumer._fill_gap`).
         stored = self._queue(self.buffer.append_soon, self.turn_id, self.seq, event)
         self._appends.add(stored)
-        stored.add_done_callback(functools.partial(self._append_done, self.seq))
+        stored.add_done_callback(functools.partial(self._append_done, self.seq, unawaited))
         published = self._queue(events.publish_soon, self.session_id, event)
+        if unawaited:
+            self._in_flight.add(stored)
+            self._in_flight.add(published)
+            published.add_done_callback(self._published_done)
         return event, stored, published
 
-    def _append_done(self, seq: int, future: asyncio.Future[Any]) -> None:
+    def _append_done(self, seq: int, unawaited: bool, future: asyncio.Future[Any]) -> None:
         self._appends.discard(future)
+        if unawaited:
+            self._in_flight.discard(future)
         if future.cancelled() or future.exception() is None:
             return
+        if unawaited:
+            self._log_failure(_WHAT[0], future.exception())
         if not hasattr(self.buffer, "rewrite"):
             return  # nothing to repair with: the socket recovers what the buffer has
         self._missed_from = seq if self._missed_from is None else min(self._missed_from, seq)

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
+from openworker.compact_json import dumps
 from openworker.runtime.live.redis_batch import batcher_for, client_for
 
 # Long enough for a user to come back to a tab after the turn ended; the transcript
@@ -32,6 +33,7 @@ RUNNING_TTL_SECONDS = 6 * 3600
 REFRESH_TTL_EVERY = 32
 # Bound one turn's buffer: a runaway turn cannot fill Redis.
 MAX_EVENTS_PER_TURN = 50_000
+
 # Embedded mode: expired buffers are looked for at most this often, not on every append
 # (a walk over every turn's buffer, finished ones kept FINISHED_TTL_SECONDS, per event:
 # with 200 turns streaming, a few per cent of Daphne's loop; a second late is nothing
@@ -121,7 +123,7 @@ class RedisReplayBuffer:
         # Through the loop's batcher: hundreds of turns' appends share round trips, and
         # an append queued before a publish reaches Redis first.
         key = self._key(turn_id)
-        payload = json.dumps(event, separators=(",", ":"))
+        payload = dumps(event)
         batcher = batcher_for(self.url)
         added = batcher.submit(
             "XADD", key, "MAXLEN", "~", MAX_EVENTS_PER_TURN, f"{seq}-0", "e", payload
@@ -155,7 +157,7 @@ class RedisReplayBuffer:
         pipe = self._client().pipeline(transaction=True)
         pipe.delete(key)
         for event in events:
-            payload = json.dumps(event, separators=(",", ":"))
+            payload = dumps(event)
             pipe.xadd(key, {"e": payload}, id=f"{event['seq']}-0")
         pipe.expire(key, FINISHED_TTL_SECONDS if finished else RUNNING_TTL_SECONDS)
         await pipe.execute()
