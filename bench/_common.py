@@ -26,18 +26,21 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from openworker import compact_json  # noqa: E402
 from tests.fakes.anthropic_messages import AnthropicMessagesFake, MessagesRenderer  # noqa: E402
 from tests.fakes.script import Pause, Reply, Script, Step, Text  # noqa: E402
 from tests.fakes.server import Event, RecordedRequest  # noqa: E402
+
+T = TypeVar("T")
 
 # Replaced by the emit time when a token is rendered: never appears on the wire.
 STAMP = "{t}"
@@ -392,9 +395,20 @@ def _within_max_tokens(reply: Reply, body: Any) -> Reply:
 def _write_events(writer: asyncio.StreamWriter, events: list[Event]) -> None:
     """One chunk per event, like the threaded fake (and the real API)."""
     for name, data in events:
-        payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+        payload = data if isinstance(data, str) else compact_json.dumps(data)
         frame = ((f"event: {name}\n" if name else "") + f"data: {payload}\n\n").encode()
         writer.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
+
+
+def run_on_serving_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(coro)` on the loop the servers run on (uvloop where installed,
+    `openworker/event_loop.py`). The bench's clients and upstream share the box with
+    the system they measure: on asyncio's own loop they took about a third of its CPU
+    (`BoxCPU`), which a deployment's clients and providers, on other machines, do not."""
+    from openworker.event_loop import new_event_loop
+
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        return runner.run(coro)
 
 
 def parse_tokens(text: str) -> list[tuple[int, int]]:
@@ -438,7 +452,7 @@ def _upstream_main(argv: list[str]) -> None:
         sys.stdout.flush()
 
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(upstream.serve(ready))
+        run_on_serving_loop(upstream.serve(ready))
 
 
 if __name__ == "__main__":

@@ -65,6 +65,7 @@ from bench._common import (
     parse_tokens,
     percentile,
     print_table,
+    run_on_serving_loop,
     upstream_process,
     verdict,
 )
@@ -271,7 +272,10 @@ async def websocket_client(
         while True:
             wait = min(TURN_SILENCE_SECONDS, deadline - time.monotonic())
             try:
-                raw = await asyncio.wait_for(ws.recv(), max(0.1, wait))
+                # A timeout around the await, not `wait_for`: that runs each receive as a
+                # task of its own, a tenth of the client's CPU per frame.
+                async with asyncio.timeout(max(0.1, wait)):
+                    raw = await ws.recv()
             except TimeoutError:
                 result.status = "timeout"
                 result.errors.append(
@@ -423,7 +427,7 @@ def run_k(
             profilers.start()
 
         try:
-            clients = asyncio.run(drive_websockets(bases, sessions, on_ready))
+            clients = run_on_serving_loop(drive_websockets(bases, sessions, on_ready))
         finally:
             stats = monitor.stop() if monitor.stats else {}
             box.stop()
@@ -433,7 +437,7 @@ def run_k(
                 saved = Path(tempfile.gettempdir()) / f"bench-stream-path-worker-{k}-{n}.log"
                 saved.write_text(worker.output())
                 print(f"K={k}: not every turn completed; worker {n}'s whole log is in {saved}")
-    floor = asyncio.run(drive_floor(upstream, k))
+    floor = run_on_serving_loop(drive_floor(upstream, k))
     return RunResult(k, clients, floor, stats, burst=burst_spans(clients), box=box)
 
 
@@ -530,7 +534,7 @@ def run_embedded_k(k: int, upstream: str, env: dict[str, str]) -> RunResult:
     with embedded.daphne(env) as (base, proc):
         monitor = Monitor({"daphne": proc.popen.pid})
         try:
-            clients = asyncio.run(drive_websockets(base, sessions, monitor.start))
+            clients = run_on_serving_loop(drive_websockets(base, sessions, monitor.start))
         finally:
             stats = monitor.stop() if monitor.stats else {}
         output = proc.output()
@@ -542,7 +546,7 @@ def run_embedded_k(k: int, upstream: str, env: dict[str, str]) -> RunResult:
     mismatches = reply_mismatches(Path(env["SQLITE_PATH"]), clients)
     burst = burst_spans(clients)
     connections.close_all()
-    floor = asyncio.run(drive_floor(upstream, k))
+    floor = run_on_serving_loop(drive_floor(upstream, k))
     return RunResult(k, clients, floor, stats, lock_errors, mismatches, burst)
 
 
