@@ -132,6 +132,22 @@ def test_a_requested_stop_is_reported_to_the_lease_holder_only(session: Session)
     assert replies[str(others_stopping.pk)] == HeartbeatReply(owned=False, cancel_requested=False)
 
 
+def test_a_heartbeat_of_many_turns_is_two_statements(session: Session) -> None:
+    # One lock-and-read and one UPDATE ... FROM (VALUES ...): the worker beats for all its
+    # turns every second, and a statement per turn cost its streams.
+    rows = [turn(session) for _ in range(20)]
+    with CaptureQueriesContext(connection) as queries:
+        replies = turn_state.turns_heartbeat(
+            beats=[beat(row, text=f"text {n}") for n, row in enumerate(rows)]
+        )
+    statements = [
+        q["sql"] for q in queries if not q["sql"].upper().startswith(("SAVEPOINT", "RELEASE"))
+    ]
+    assert len(statements) == 2
+    assert all(reply.owned for reply in replies.values())
+    assert [state(row)[3] for row in rows] == [f"text {n}" for n in range(len(rows))]
+
+
 def test_no_beats_is_no_query(session: Session) -> None:
     with CaptureQueriesContext(connection) as queries:
         assert turn_state.turns_heartbeat(beats=[]) == {}

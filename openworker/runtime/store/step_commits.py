@@ -31,6 +31,7 @@ from django.utils import timezone
 from openworker.runtime.store import dbretry, turn_state
 from openworker.runtime.store.gather import Gatherer, PerLoop
 from openworker.runtime.store.turn_state import StepSaved, StepTotals
+from openworker.runtime.store.values_sql import values_rows
 from sessions import services
 from sessions.models import Session, Turn
 
@@ -155,24 +156,13 @@ def _turns_update(asks: list[StepAsk], now: Any) -> None:
     resolving and copying expressions while holding the GIL, and the streams waited."""
     q = connection.ops.quote_name
     # Each row: the turn's key, its totals, whether it finishes, its final status and
-    # time. VALUES' columns are column1, column2, ... in PostgreSQL and SQLite alike.
+    # time.
     fields = [Turn._meta.get_field(name) for name in ("id", "usage", "steps", "cost")]
     fields += [BooleanField(), *(Turn._meta.get_field(n) for n in ("status", "finished_at"))]
     pk, usage, steps, cost, finishing, status, finished_at = (
         f"v.column{n}" for n in range(1, len(fields) + 1)
     )
-    params: list[Any] = []
-    for ask in asks:
-        finished = now if ask.finish in Turn.TERMINAL else None
-        row = (ask.turn_id, ask.totals.usage or None, ask.totals.steps, ask.totals.cost)
-        row += (ask.finish is not None, ask.finish or "", finished)
-        params += [f.get_db_prep_save(v, connection) for f, v in zip(fields, row, strict=True)]
-    # On PostgreSQL each value is cast to its column's type: a NULL or a quoted literal
-    # in VALUES is text otherwise, which a uuid, numeric or jsonb column refuses.
-    if connection.vendor == "postgresql":
-        one = ", ".join(f"CAST(%s AS {f.db_type(connection)})" for f in fields)
-    else:
-        one = ", ".join(["%s"] * len(fields))
+    values, params = values_rows(fields, (_turn_row(ask, now) for ask in asks))
 
     def on_finish(name: str, value: str) -> str:
         return f"{q(name)} = CASE WHEN {finishing} THEN {value} ELSE t.{q(name)} END"
@@ -187,13 +177,19 @@ def _turns_update(asks: list[StepAsk], now: Any) -> None:
         on_finish("finished_at", finished_at),
         *(on_finish(name, "''") for name in ("error_kind", "error", "lease_owner")),
     ]
-    rows = ", ".join([f"({one})"] * len(asks))
     sql = (
         f"UPDATE {q(Turn._meta.db_table)} AS t SET {', '.join(assignments)} "  # noqa: S608
-        f"FROM (VALUES {rows}) AS v WHERE t.{q('id')} = {pk}"
+        f"FROM (VALUES {values}) AS v WHERE t.{q('id')} = {pk}"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
+
+
+def _turn_row(ask: StepAsk, now: Any) -> tuple[Any, ...]:
+    finished = now if ask.finish in Turn.TERMINAL else None
+    totals = ask.totals
+    return (ask.turn_id, totals.usage or None, totals.steps, totals.cost, ask.finish is not None,
+            ask.finish or "", finished)  # fmt: skip
 
 
 # The running event loop's gatherer of step commits: `step_committer().ask(...)`.

@@ -20,6 +20,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from openworker.prepared_query import PreparedQuery
+from openworker.runtime.store.values_sql import values_rows
 from sessions.models import Message, Turn
 from sessions.services import TIP, message_insert
 
@@ -93,62 +94,69 @@ class LeaseBeat:
 
 
 def turns_heartbeat(*, beats: list[LeaseBeat]) -> dict[str, HeartbeatReply]:
-    """Renew the leases of many turns in one batched UPDATE and one SELECT: a worker
-    process beats for all its turns at once. (One ORM update per turn per second, then
-    the ORM's CASE-per-row `bulk_update`, made the worker's database thread the limit
-    at 200 turns: bench/stream_path.py.)
+    """Renew the leases of many turns in two statements: a worker process beats for all
+    its turns at once, every second. (One ORM update per turn, then the ORM's CASE-per-
+    row `bulk_update`, then one UPDATE per turn in a pipeline, each made the worker's
+    heartbeat thread a cost to its streams: bench/stream_path.py.)
 
-    A turn is still ours when it is running under our lease; for each turn the reply
-    says so, and whether Stop was asked for.
+    The turns are locked in key order and read (whose lease, what status, Stop asked
+    for), then those still ours, running under our lease, are renewed in one `UPDATE ...
+    FROM (VALUES ...)`, with their partial reply where it changed. For each turn the
+    reply says whether it is still ours, and whether Stop was asked for.
     """
     if not beats:
         return {}
-    meta = Turn._meta
-    quote = connection.ops.quote_name
-    column = {name: quote(meta.get_field(name).column) for name in _HEARTBEAT_FIELDS}
-    pk = meta.pk
-    now = meta.get_field("heartbeat_at").get_db_prep_value(timezone.now(), connection)
     running = Turn.Status.RUNNING.value
-    # The partials only when they changed (NULL keeps the stored one). Identifiers come
-    # from the model's metadata; every value is bound.
-    table, key = quote(meta.db_table), quote(pk.column)
-    text, reasoning = column["partial_text"], column["partial_reasoning"]
-    sql = (
-        f"UPDATE {table} SET {column['heartbeat_at']} = %s, "  # noqa: S608
-        f"{text} = COALESCE(%s, {text}), {reasoning} = COALESCE(%s, {reasoning}) "
-        f"WHERE {key} = %s AND {column['lease_owner']} = %s AND {column['status']} = %s"
-    )
-    rows = [
-        (
-            now,
-            beat.partial_text,
-            beat.partial_reasoning,
-            pk.get_db_prep_value(uuid.UUID(beat.turn_id), connection),
-            beat.worker,
-            running,
-        )
-        for beat in beats
-    ]
-    # In key order: a batch of step commits (`step_commits`) locks its turns in that
-    # order too, so neither waits for a row the other holds while holding one it wants.
-    rows.sort(key=lambda row: uuid.UUID(str(row[3])))
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.executemany(sql, rows)
-    state = {
-        str(turn_id): (owner, status, cancel)
-        for turn_id, owner, status, cancel in Turn.objects.filter(
-            pk__in=[beat.turn_id for beat in beats]
-        ).values_list("pk", "lease_owner", "status", "cancel_requested")
-    }
+    beat_of = {uuid.UUID(beat.turn_id): beat for beat in beats}
+    with transaction.atomic():
+        # In key order: a batch of step commits (`step_commits`) locks its turns in that
+        # order too, so neither waits for a row the other holds while holding one it wants.
+        state = {
+            pk: (owner, status, cancel)
+            for pk, owner, status, cancel in Turn.objects.select_for_update()
+            .filter(pk__in=list(beat_of))
+            .order_by("pk")
+            .values_list("pk", "lease_owner", "status", "cancel_requested")
+        }
+        ours = {
+            pk
+            for pk, (owner, status, _) in state.items()
+            if owner == beat_of[pk].worker and status == running
+        }
+        if ours:
+            _leases_renew([beat_of[pk] for pk in sorted(ours)])
     replies = {}
     for beat in beats:
-        owner, status, cancel = state.get(beat.turn_id, ("", "", False))
-        owned = owner == beat.worker and status == running
-        replies[beat.turn_id] = HeartbeatReply(owned=owned, cancel_requested=owned and cancel)
+        pk = uuid.UUID(beat.turn_id)
+        owned = pk in ours
+        replies[beat.turn_id] = HeartbeatReply(owned=owned, cancel_requested=owned and state[pk][2])
     return replies
 
 
-_HEARTBEAT_FIELDS = ("heartbeat_at", "partial_text", "partial_reasoning", "lease_owner", "status")
+def _leases_renew(beats: list[LeaseBeat]) -> None:
+    """The heartbeat time on each turn, and its partial reply where the beat carries one
+    (NULL keeps the stored one). Identifiers come from the model's metadata; every
+    value is bound."""
+    meta = Turn._meta
+    q = connection.ops.quote_name
+    column = {name: q(meta.get_field(name).column) for name in _HEARTBEAT_FIELDS}
+    fields = [meta.pk, meta.get_field("partial_text"), meta.get_field("partial_reasoning")]
+    values, params = values_rows(
+        fields, ((beat.turn_id, beat.partial_text, beat.partial_reasoning) for beat in beats)
+    )
+    now = meta.get_field("heartbeat_at").get_db_prep_value(timezone.now(), connection)
+    text, reasoning = column["partial_text"], column["partial_reasoning"]
+    sql = (
+        f"UPDATE {q(meta.db_table)} AS t SET {column['heartbeat_at']} = %s, "  # noqa: S608
+        f"{text} = COALESCE(v.column2, t.{text}), "
+        f"{reasoning} = COALESCE(v.column3, t.{reasoning}) "
+        f"FROM (VALUES {values}) AS v WHERE t.{q(meta.pk.column)} = v.column1"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [now, *params])
+
+
+_HEARTBEAT_FIELDS = ("heartbeat_at", "partial_text", "partial_reasoning")
 
 
 @dataclass(frozen=True)
