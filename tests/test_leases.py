@@ -232,7 +232,9 @@ class Turnish:
 async def test_lost_and_stopped_turns_are_told_by_the_keepers_own_beat(
     heartbeats: Heartbeats,
 ) -> None:
-    keeper = LeaseKeeper(interval=0.01)
+    # The ticker thread starts with the first hold and beats after one interval: at 10 ms a
+    # busy machine could let it beat between two holds (a flake seen once), so 200 ms.
+    keeper = LeaseKeeper(interval=0.2)
     lost, stopped, fine = Turnish("lost"), Turnish("stopped"), Turnish("fine")
     heartbeats.replies = {
         "lost": HeartbeatReply(owned=False, cancel_requested=False),
