@@ -150,6 +150,8 @@ class RunResult:
     burst: tuple[float, float] | None = None
     # Distributed mode: every process's CPU during the run, by kind (`BoxCPU`).
     box: BoxCPU | None = None
+    # Where a turn's time went, seconds per phase and turn (`turn_phases`).
+    phases: dict[str, list[float]] | None = None
 
     @property
     def latencies(self) -> list[float]:
@@ -438,7 +440,10 @@ def run_k(
                 saved.write_text(worker.output())
                 print(f"K={k}: not every turn completed; worker {n}'s whole log is in {saved}")
     floor = run_on_serving_loop(drive_floor(upstream, k))
-    return RunResult(k, clients, floor, stats, burst=burst_spans(clients), box=box)
+    return RunResult(
+        k, clients, floor, stats, burst=burst_spans(clients), box=box,
+        phases=turn_phases(clients),
+    )  # fmt: skip
 
 
 class Profilers:
@@ -545,9 +550,10 @@ def run_embedded_k(k: int, upstream: str, env: dict[str, str]) -> RunResult:
         print(f"K={k}: lock errors or unfinished turns; Daphne's whole log is in {saved}")
     mismatches = reply_mismatches(Path(env["SQLITE_PATH"]), clients)
     burst = burst_spans(clients)
+    phases = turn_phases(clients)
     connections.close_all()
     floor = run_on_serving_loop(drive_floor(upstream, k))
-    return RunResult(k, clients, floor, stats, lock_errors, mismatches, burst)
+    return RunResult(k, clients, floor, stats, lock_errors, mismatches, burst, phases=phases)
 
 
 def burst_spans(clients: list[ClientResult]) -> tuple[float, float] | None:
@@ -567,6 +573,31 @@ def burst_spans(clients: list[ClientResult]) -> tuple[float, float] | None:
         return None
     first = span["first"]
     return (span["sent"] - first).total_seconds(), (span["claimed"] - first).total_seconds()
+
+
+def turn_phases(clients: list[ClientResult]) -> dict[str, list[float]] | None:
+    """Each turn's time by phase, in seconds, from the database's times and the
+    upstream's stamps (one wall clock on this machine): waiting for a place (created to
+    claimed), starting (claimed to the first token's emit), streaming (first to last
+    token's emit) and ending (last token to the final commit). A turn holds its place
+    from its claim to about its end, so the last three say what a place costs."""
+    from sessions.models import Turn
+
+    by_id = {c.turn_id: c for c in clients if c.turn_id and c.emitted_us}
+    rows = Turn.objects.filter(pk__in=list(by_id)).values_list(
+        "id", "created_at", "started_at", "finished_at"
+    )
+    phases: dict[str, list[float]] = {"waiting": [], "starting": [], "streaming": [], "ending": []}
+    for turn_id, created, started, finished in rows:
+        client = by_id[str(turn_id)]
+        if started is None or finished is None:
+            continue
+        first, last = min(client.emitted_us) / 1e6, max(client.emitted_us) / 1e6
+        phases["waiting"].append((started - created).total_seconds())
+        phases["starting"].append(first - started.timestamp())
+        phases["streaming"].append(last - first)
+        phases["ending"].append(finished.timestamp() - last)
+    return phases if phases["waiting"] else None
 
 
 def report(results: list[RunResult], mode: str = "distributed") -> bool:
@@ -631,6 +662,12 @@ def report(results: list[RunResult], mode: str = "distributed") -> bool:
                 f"K={r.k}: the sends were committed within {r.burst[0]:.2f} s of the first, "
                 f"the turns claimed within {r.burst[1]:.2f} s"
             )
+        if r.phases is not None:
+            spans = ", ".join(
+                f"{name} {percentile(values, 50):.2f} / {percentile(values, 99):.2f}"
+                for name, values in r.phases.items()
+            )
+            print(f"K={r.k}: a turn's phases in s, p50 / p99: {spans}")
         if r.box is not None:
             print_box(r)
         problems = Counter(e for c in r.clients for e in c.errors)

@@ -18,6 +18,7 @@ retried or redelivered turn never duplicates a message.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -411,13 +412,20 @@ class _TurnRun:
             await self.emitter.emit(
                 "compaction", checkpoint=selectors.checkpoint_payload(outcome.checkpoint)
             )  # type: ignore[union-attr]
-        messages = await _db(outbound_history.outbound_messages)(
+        # On the database thread only to inline attachments: a burst's starts queue
+        # there behind the wave's commits (bench/stream_path.py's phases).
+        outbound = functools.partial(
+            outbound_history.outbound_messages,
             history,
             owner_id=self.session.owner_id,
             caps=caps,
             compaction_state=state,
             continuing=self.step_continuation,
         )
+        if outbound_history.references_attachments(history):
+            messages = await _db(outbound)()
+        else:
+            messages = outbound()
         step_key = f"{self.turn_id}:a{_assistant_count(rows, self.turn_id)}"
         self.progress.reset()
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import copy
+from collections.abc import Iterator
 from typing import Any
 
 from openworker.runtime.agent.compaction import CompactionState, apply_to_outbound
@@ -40,12 +41,7 @@ def _data_url(attachment: Attachment) -> str:
 
 def inline_attachments(messages: list[dict[str, Any]], *, owner_id: int) -> list[dict[str, Any]]:
     """Replace `attachment:<id>` references in parts with data URLs (owner-scoped)."""
-    ids: set[str] = set()
-    for message in messages:
-        for part in message.get("content") if isinstance(message.get("content"), list) else ():
-            ref = _part_ref(part)
-            if ref:
-                ids.add(ref)
+    ids = set(_attachment_refs(messages))
     if not ids:
         return messages
     found = {str(a.pk): a for a in Attachment.objects.filter(pk__in=ids, owner_id=owner_id)}
@@ -75,6 +71,21 @@ def inline_attachments(messages: list[dict[str, Any]], *, owner_id: int) -> list
                 )
         out.append({**message, "content": parts})
     return out
+
+
+def references_attachments(messages: list[dict[str, Any]]) -> bool:
+    """Whether a part refers to a stored attachment: only then does `outbound_messages`
+    read the database (the engine runs it on the database thread only then)."""
+    return next(_attachment_refs(messages), None) is not None
+
+
+def _attachment_refs(messages: list[dict[str, Any]]) -> Iterator[str]:
+    for message in messages:
+        content = message.get("content")
+        for part in content if isinstance(content, list) else ():
+            ref = _part_ref(part)
+            if ref:
+                yield ref
 
 
 def _part_ref(part: Any) -> str | None:

@@ -50,9 +50,11 @@ EMIT_REPAIR_WAIT_SECONDS = 5.0
 _REPAIRS: set[asyncio.Task[Any]] = set()
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "interrupted"})
 
-# Adaptive coalescing. The widest window: a quarter second still reads as streaming, and
-# is six frames where 40 ms windows are one per token at 20 tokens/s.
-MAX_COALESCE_SECONDS = 0.25
+# Adaptive coalescing. The widest window: two tokens a frame at 20 tokens/s, and at most
+# a tenth of a second added to a token. A quarter second (five tokens a frame) saved
+# frames but added up to 200 ms to tokens of a loaded loop: p99 327 against 176 ms at
+# K = 1000 with 500 places (bench/stream_path.py, docs/PERFORMANCE.md session 15).
+MAX_COALESCE_SECONDS = 0.1
 # The loop's lateness is probed this often while turns stream (20 wake-ups a second).
 LOAD_PROBE_SECONDS = 0.05
 # A loop running this late widens the window to LAG_WIDENING times its lateness: a loop

@@ -141,7 +141,14 @@ class RedisReplayBuffer:
         return [json.loads(fields[b"e"]) for _, fields in entries]
 
     async def last_seq(self, turn_id: str) -> int:
-        entries = await self._client().xrevrange(self._key(turn_id), count=1)
+        # Through the batcher, like the appends: a burst of turn starts asks in the same
+        # round trips as the streams' writes, where redis-py's pool opened a connection
+        # per concurrent ask and took a dozen loop hops each (half a second of a turn's
+        # start at K = 1000, bench/stream_path.py's phases). After this loop's appends,
+        # so it counts them.
+        entries = await batcher_for(self.url).call(
+            "XREVRANGE", self._key(turn_id), "+", "-", "COUNT", 1
+        )
         if not entries:
             return 0
         entry_id = entries[0][0]
@@ -149,7 +156,7 @@ class RedisReplayBuffer:
         return int(entry_id.split("-")[0])
 
     async def finish(self, turn_id: str) -> None:
-        await self._client().expire(self._key(turn_id), FINISHED_TTL_SECONDS)
+        await batcher_for(self.url).call("EXPIRE", self._key(turn_id), FINISHED_TTL_SECONDS)
 
     async def rewrite(self, turn_id: str, events: list[dict[str, Any]], *, finished: bool) -> None:
         # One MULTI: a reader sees the old stream or the whole new one, never half.
