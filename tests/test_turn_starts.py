@@ -244,6 +244,25 @@ def test_an_answer_whose_asker_left_is_handed_back_to_be_released(
     assert released == ["answer 2"]
 
 
+def test_a_batchs_askers_are_woken_a_few_per_loop_iteration_in_order() -> None:
+    # A hundred turns woken at once ran their next steps back to back while the loop's
+    # streams waited: answers are handed back WAKE_PER_ITERATION per iteration.
+    per = gather.WAKE_PER_ITERATION
+    settled: list[int] = []
+    seen_per_iteration: list[int] = []
+
+    async def scenario() -> None:
+        gather.settle_spread(list(range(3 * per + 1)), settled.append)
+        seen_per_iteration.append(len(settled))
+        while len(settled) < 3 * per + 1:
+            await asyncio.sleep(0)
+            seen_per_iteration.append(len(settled))
+
+    async_to_sync(scenario)()
+    assert settled == list(range(3 * per + 1))
+    assert seen_per_iteration == [per, 2 * per, 3 * per, 3 * per + 1]
+
+
 # --- the engine ------------------------------------------------------------------------
 
 

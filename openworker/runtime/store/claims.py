@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from openworker.runtime.store import turn_state
 from openworker.runtime.store.dbcall import db
+from openworker.runtime.store.gather import settle_spread
 from openworker.runtime.store.priority_pool import call_priority
 
 if TYPE_CHECKING:
@@ -91,18 +92,22 @@ class Claimer:
                         if not future.done():
                             future.set_exception(exc)
                 continue
-            for turn_id, asked in batch.items():
-                turn = claimed.get(turn_id)
-                first, *others = asked.futures
-                if not first.done():
-                    first.set_result(Claim(turn, worker) if turn is not None else None)
-                elif turn is not None:
-                    # Its asker left while the claim ran (cancelled): the lease expires
-                    # and the sweeper marks the turn interrupted, as before batching.
-                    logger.info("turn %s was claimed after its start was cancelled", turn_id)
-                for future in others:  # a duplicate start of the same turn
-                    if not future.done():
-                        future.set_result(None)
+            answered = [(asked, claimed.get(turn_id), worker) for turn_id, asked in batch.items()]
+            settle_spread(answered, _settle)
+
+
+def _settle(answered: tuple[_Asked, Turn | None, str]) -> None:
+    asked, turn, worker = answered
+    first, *others = asked.futures
+    if not first.done():
+        first.set_result(Claim(turn, worker) if turn is not None else None)
+    elif turn is not None:
+        # Its asker left while the claim ran (cancelled): the lease expires and the
+        # sweeper marks the turn interrupted, as before batching.
+        logger.info("turn %s was claimed after its start was cancelled", turn.pk)
+    for future in others:  # a duplicate start of the same turn
+        if not future.done():
+            future.set_result(None)
 
 
 _claimers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Claimer] = (

@@ -25,6 +25,31 @@ logger = logging.getLogger(__name__)
 
 Ask = TypeVar("Ask")
 Answer = TypeVar("Answer")
+Item = TypeVar("Item")
+
+# A batch's askers are woken at most this many per event-loop iteration. A hundred turns
+# woken at once ran their next steps back to back while every stream on the loop waited:
+# the worker's loop ran ~100 ms late when a wave of turns ended or started together
+# (bench/stream_path.py at K = 500, docs/PERFORMANCE.md session 15).
+WAKE_PER_ITERATION = 8
+
+
+def settle_spread(items: list[Item], settle: Callable[[Item], None]) -> None:
+    """`settle(item)` for every item in order, WAKE_PER_ITERATION of them per iteration
+    of the running loop: what the loop's sockets have for it runs between the groups."""
+    if len(items) <= WAKE_PER_ITERATION:
+        for item in items:
+            settle(item)
+        return
+    loop = asyncio.get_running_loop()
+
+    def group(start: int) -> None:
+        for item in items[start : start + WAKE_PER_ITERATION]:
+            settle(item)
+        if start + WAKE_PER_ITERATION < len(items):
+            loop.call_soon(group, start + WAKE_PER_ITERATION)
+
+    group(0)
 
 
 @dataclass
@@ -81,14 +106,17 @@ class Gatherer(Generic[Ask, Answer]):
                     if not waiting.future.done():
                         waiting.future.set_exception(exc)
                 continue
-            for waiting, answer in zip(batch, answers, strict=True):
-                if waiting.future.done():
-                    if self._abandoned is not None and not isinstance(answer, Exception):
-                        self._abandoned(answer)
-                elif isinstance(answer, Exception):
-                    waiting.future.set_exception(answer)
-                else:
-                    waiting.future.set_result(answer)
+            settle_spread(list(zip(batch, answers, strict=True)), self._settle)
+
+    def _settle(self, answered: tuple[_Waiting[Ask, Answer], Answer | Exception]) -> None:
+        waiting, answer = answered
+        if waiting.future.done():
+            if self._abandoned is not None and not isinstance(answer, Exception):
+                self._abandoned(answer)
+        elif isinstance(answer, Exception):
+            waiting.future.set_exception(answer)
+        else:
+            waiting.future.set_result(answer)
 
 
 class PerLoop(Generic[Ask, Answer]):
