@@ -107,31 +107,34 @@ def test_workspace_files_download_for_the_owner_only(client, owner, teammate, se
     assert client.get(url).status_code == 404
 
 
-def test_only_a_history_that_refers_to_an_attachment_reads_the_database(
+def test_a_request_of_text_alone_is_built_without_the_database_and_files_with_it(
     owner, session, django_assert_num_queries
 ):
-    # The engine builds a request on its event loop unless the history refers to a stored
-    # attachment; a query there would raise (Django refuses sync queries on a loop).
-    from openworker.runtime.agent.history import outbound_messages, references_attachments
+    # The engine builds a request on its event loop unless the history has an image or a
+    # file; a query there would raise (Django refuses sync queries on a loop).
+    from openworker.runtime.agent.history import has_file_parts, outbound_messages
     from providers.types import ModelCapabilities
     from sessions.attachments import attachment_create
 
-    plain = [
+    caps = ModelCapabilities(vision=True)
+    text = [
         {"role": "user", "content": "hello"},
         {"role": "user", "content": [{"type": "text", "text": "a part"}]},
-        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,x"}}]},
     ]
-    assert not references_attachments(plain)
+    assert not has_file_parts(text)
     with django_assert_num_queries(0):
-        built = outbound_messages(plain, owner_id=owner.pk, caps=ModelCapabilities(vision=True))
-    assert [m["role"] for m in built] == ["system", "user", "user", "user"]
+        built = outbound_messages(text, owner_id=owner.pk, caps=caps)
+    assert [m["role"] for m in built] == ["system", "user", "user"]
+
+    inline = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    assert has_file_parts([*text, {"role": "user", "content": [inline]}])
 
     image = attachment_create(
         owner=owner, session=session, upload=SimpleUploadedFile("chart.png", PNG)
     )
-    part = {"type": "image_url", "image_url": {"url": f"attachment:{image.pk}"}}
-    referring = [*plain, {"role": "user", "content": [part]}]
-    assert references_attachments(referring)
+    stored = {"type": "image_url", "image_url": {"url": f"attachment:{image.pk}"}}
+    referring = [*text, {"role": "user", "content": [stored]}]
+    assert has_file_parts(referring)
     with django_assert_num_queries(1):
-        built = outbound_messages(referring, owner_id=owner.pk, caps=ModelCapabilities(vision=True))
+        built = outbound_messages(referring, owner_id=owner.pk, caps=caps)
     assert built[-1]["content"][0]["image_url"]["url"].startswith("data:image/png;base64,")

@@ -412,8 +412,9 @@ class _TurnRun:
             await self.emitter.emit(
                 "compaction", checkpoint=selectors.checkpoint_payload(outcome.checkpoint)
             )  # type: ignore[union-attr]
-        # On the database thread only to inline attachments: a burst's starts queue
-        # there behind the wave's commits (bench/stream_path.py's phases).
+        # On the database thread only for images and files (attachments read, PDFs'
+        # text extracted): a burst's starts queue there behind the wave's commits
+        # (bench/stream_path.py's phases).
         outbound = functools.partial(
             outbound_history.outbound_messages,
             history,
@@ -422,7 +423,7 @@ class _TurnRun:
             compaction_state=state,
             continuing=self.step_continuation,
         )
-        if outbound_history.references_attachments(history):
+        if outbound_history.has_file_parts(history):
             messages = await _db(outbound)()
         else:
             messages = outbound()

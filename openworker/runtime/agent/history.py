@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import base64
 import copy
-from collections.abc import Iterator
 from typing import Any
 
 from openworker.runtime.agent.compaction import CompactionState, apply_to_outbound
-from openworker.runtime.agent.degradation import adapt_for_model
+from openworker.runtime.agent.degradation import (
+    adapt_for_model,
+    history_has_images,
+    history_has_pdfs,
+)
 from providers.types import ModelCapabilities
 from sessions.models import Attachment
 
@@ -41,7 +44,12 @@ def _data_url(attachment: Attachment) -> str:
 
 def inline_attachments(messages: list[dict[str, Any]], *, owner_id: int) -> list[dict[str, Any]]:
     """Replace `attachment:<id>` references in parts with data URLs (owner-scoped)."""
-    ids = set(_attachment_refs(messages))
+    ids: set[str] = set()
+    for message in messages:
+        for part in message.get("content") if isinstance(message.get("content"), list) else ():
+            ref = _part_ref(part)
+            if ref:
+                ids.add(ref)
     if not ids:
         return messages
     found = {str(a.pk): a for a in Attachment.objects.filter(pk__in=ids, owner_id=owner_id)}
@@ -73,19 +81,12 @@ def inline_attachments(messages: list[dict[str, Any]], *, owner_id: int) -> list
     return out
 
 
-def references_attachments(messages: list[dict[str, Any]]) -> bool:
-    """Whether a part refers to a stored attachment: only then does `outbound_messages`
-    read the database (the engine runs it on the database thread only then)."""
-    return next(_attachment_refs(messages), None) is not None
-
-
-def _attachment_refs(messages: list[dict[str, Any]]) -> Iterator[str]:
-    for message in messages:
-        content = message.get("content")
-        for part in content if isinstance(content, list) else ():
-            ref = _part_ref(part)
-            if ref:
-                yield ref
+def has_file_parts(messages: list[dict[str, Any]]) -> bool:
+    """Whether a part is an image or a file: building the request may then read the
+    database (a stored attachment inlined) or do heavy work (a PDF's text extracted,
+    base64 copied), so the engine builds it on the database thread; a history of text
+    alone is built on the event loop."""
+    return history_has_images(messages) or history_has_pdfs(messages)
 
 
 def _part_ref(part: Any) -> str | None:
