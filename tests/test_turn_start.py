@@ -81,10 +81,10 @@ def test_a_one_step_turn_is_ten_statements_in_two_database_hops(
         "UPDATE",  # ... the turn's totals and final status
     ], [q["sql"][:90] for q in queries.captured_queries]
     # The policy, the router, the path and the compaction state are one call, shared
-    # with the turns starting at the same moment; the outbound view is one more; the
-    # commit is one call shared with the turns ending at the same moment (the claim is
-    # the claimer's).
-    assert hops == ["turns_start", "outbound_messages", "turn_step_commits"], hops
+    # with the turns starting at the same moment; the request of a text history is built
+    # on the loop (no hop); the commit is one call shared with the turns ending at the
+    # same moment (the claim is the claimer's).
+    assert hops == ["turns_start", "turn_step_commits"], hops
 
 
 def test_the_session_tools_are_read_in_the_start_call_after_the_lease_is_held(
@@ -106,7 +106,7 @@ def test_the_session_tools_are_read_in_the_start_call_after_the_lease_is_held(
     with CaptureQueriesContext(connection) as queries:
         async_to_sync(engine.run_turn)(turn_id)
 
-    assert events == ["hold", "turns_start", "outbound_messages", "turn_step_commits"], events
+    assert events == ["hold", "turns_start", "turn_step_commits"], events
     # The tools' one query (the session's MCP servers: none) is in the start's call.
     sql = [q["sql"] for q in queries.captured_queries]
     assert any("mcp" in q.lower() for q in sql), sql
