@@ -12,8 +12,9 @@ gives it plain versions of those two helpers (`plain_autobahn_log_arguments`).
 
 Run as `python -m openworker.web_server` with Daphne's own arguments (`make run`, the
 Dockerfile, docker-compose.yml). It serves on uvloop where installed
-(`openworker.event_loop`): Daphne builds Twisted's event loop when `daphne.server` is
-first imported, so the loop policy is set before that import.
+(`openworker.event_loop`), through `web_reactor.FlushingReactor`: Daphne builds Twisted's
+reactor when `daphne.server` is first imported unless one is installed, so the loop policy
+is set and the reactor installed before that import.
 """
 
 from __future__ import annotations
@@ -21,12 +22,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from openworker import web_reactor
 from openworker.event_loop import install_policy
 
 if __name__ == "__main__":
-    install_policy()  # served by this module; importing it (tests) changes no policy
+    # Served by this module; importing it (tests) changes no policy and no reactor.
+    install_policy()
+    web_reactor.install()  # writes without epoll round trips: see web_reactor.py
 
-# After the policy: importing daphne.server builds Twisted's event loop.
+# After the policy and the reactor: Daphne keeps an asyncio reactor it finds installed.
 from daphne.cli import CommandLineInterface
 from daphne.server import Server
 

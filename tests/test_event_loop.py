@@ -69,10 +69,13 @@ def test_an_mcp_stdio_server_starts_and_answers_from_the_turn_loop(turn_loop):
 
 
 # The web server run as `python -m` runs it, stopped by `--help` before it serves; on the
-# way out it says what kind of loop Daphne built for Twisted.
+# way out it says what kind of loop Twisted's reactor runs on, and which reactor it is.
 TWISTED_LOOP_KIND = """
 import atexit, runpy, sys
-atexit.register(lambda: print(type(sys.modules["daphne.server"].twisted_loop).__module__))
+def said():
+    reactor = sys.modules["twisted.internet.reactor"]
+    print(type(reactor).__name__, type(reactor._asyncioEventloop).__module__)
+atexit.register(said)
 sys.argv = ["web_server", "--help"]
 runpy.run_module("openworker.web_server", run_name="__main__", alter_sys=True)
 """
@@ -89,9 +92,9 @@ def _twisted_loop_kind(**env: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-def test_the_web_server_builds_twisteds_loop_on_uvloop_unless_switched_off():
-    assert _twisted_loop_kind() == "uvloop"
-    assert _twisted_loop_kind(OPENWORKER_UVLOOP="0") == "asyncio.unix_events"
+def test_the_web_server_runs_the_flushing_reactor_on_uvloop_unless_switched_off():
+    assert _twisted_loop_kind() == "FlushingReactor uvloop"
+    assert _twisted_loop_kind(OPENWORKER_UVLOOP="0") == "FlushingReactor asyncio.unix_events"
 
 
 def _maps(pid: int) -> str:
