@@ -366,6 +366,12 @@ def _pinned_requests(request: httpx.Request, target: Any) -> Iterator[httpx.Requ
     extensions = dict(request.extensions)
     if target.scheme == "https":
         extensions["sni_hostname"] = target.host.rstrip(".")
+    if target.addresses == [request.url.host]:
+        # Already aimed at its one vetted address (a URL of an IP literal): the same
+        # request, not a copy with its URL parsed again.
+        request.extensions = extensions
+        yield request
+        return
     for address in target.addresses:
         yield httpx.Request(
             request.method,

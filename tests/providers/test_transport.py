@@ -255,6 +255,45 @@ def test_post_json_sends_byte_stable_json_and_returns_the_object(h1_upstream):
     assert upstream.headers[0]["Authorization"] == f"Bearer {KEY}"
 
 
+def test_a_request_carries_each_header_once_the_calls_own_over_the_defaults(h1_upstream):
+    sent: list[tuple[str, str]] = []
+
+    def step(handler: BaseHTTPRequestHandler, upstream: Upstream) -> None:
+        sent.extend(handler.headers.items())
+        stream(EVENT_1, EVENT_2)(handler, upstream)
+
+    upstream = h1_upstream(step)
+    transport, _ = make_transport()
+    own = {**HEADERS, "user-agent": "openworker-test", "CONTENT-TYPE": "application/json; v=2"}
+    list(stream_sse(transport, upstream.url, headers=own, body={"a": 1}, model="m"))
+    names = [name.lower() for name, _ in sent]
+    assert len(names) == len(set(names)), sent  # one of each, whatever the case
+    values = {name.lower(): value for name, value in sent}
+    assert values["user-agent"] == "openworker-test"
+    assert values["content-type"] == "application/json; v=2"
+    assert values["accept"] == "text/event-stream"
+    assert values["authorization"] == f"Bearer {KEY}"
+    assert values["content-length"] == "7"
+
+
+def test_an_upstreams_cookie_is_never_sent_back(h1_upstream):
+    upstream = h1_upstream(
+        reply(200, '{"id": "msg_1"}', {"Set-Cookie": "session=abc; Path=/"}), OK_JSON
+    )
+    transport, _ = make_transport()
+    for _ in range(2):
+        transport.post_json(upstream.url, headers=HEADERS, body={"a": 1}, model="m")
+    assert upstream.attempts == 2
+    assert "Cookie" not in upstream.headers[1]
+
+
+def test_an_unparsable_url_is_refused_every_time_it_is_asked(h1_upstream):
+    transport, _ = make_transport()
+    for _ in range(2):
+        with pytest.raises(OutboundBlockedError):
+            transport.post_json("http://[::1", headers=HEADERS, body={}, model="m")
+
+
 def test_non_json_success_body_is_a_provider_error(h1_upstream):
     upstream = h1_upstream(reply(200, "<html>captive portal</html>"))
     transport, _ = make_transport()
