@@ -28,7 +28,6 @@ providers' cache key).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +39,7 @@ from .cache_spec import (
     long_ttl_allowed,
     ttl_for_retention,
 )
+from .json_copy import json_copy_all
 
 # Anthropic's (and Bedrock's) only tier above the 5-minute default is one hour: a wish for
 # anything from an hour up gets it, anything shorter rides the default.
@@ -214,8 +214,8 @@ def apply_cache_policy(
     automatic one is simply not placed. Providers that are not `explicit` +
     `cache_control` get plain copies back.
     """
-    out_messages = copy.deepcopy(list(messages))
-    out_tools = copy.deepcopy(list(tools or []))
+    out_messages = json_copy_all(messages)
+    out_tools = json_copy_all(tools or [])
     if not spec.explicit or spec.breakpoint_format != FORMAT_CACHE_CONTROL:
         return CachePlan(out_messages, out_tools)
     marker = cache_marker(spec, retention, base_url=base_url)

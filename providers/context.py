@@ -38,13 +38,13 @@ so every wire API gets the same repaired dialogue without code of its own:
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from .json_copy import json_copy, json_copy_all
 from .types import Context
 
 # Joining several system messages: a blank line keeps them readable as separate
@@ -90,7 +90,7 @@ def build_context(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | 
             if text:
                 system_parts.append(text)
             continue
-        copied = copy.deepcopy(message)
+        copied = json_copy(message)
         for key in STRIPPED_KEYS:
             copied.pop(key, None)
         if copied.get("role") == "tool":
@@ -101,7 +101,7 @@ def build_context(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | 
     return Context(
         system_prompt=SYSTEM_JOINER.join(system_parts) if system_parts else None,
         messages=repair_tool_calls(dialogue),
-        tools=copy.deepcopy(list(tools or [])),
+        tools=json_copy_all(tools or []),
     )
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import copy
 import hashlib
 import io
 import logging
@@ -29,6 +28,7 @@ from typing import Any
 
 from pypdf import PdfReader
 
+from providers.json_copy import json_copy
 from providers.types import ModelCapabilities
 
 IMAGE_PLACEHOLDER = "[image attachment — not viewable by this model]"
@@ -167,7 +167,7 @@ def adapt_for_model(
     edit it in place without reaching the persisted history. Unknown capabilities (None)
     count as "cannot": a text stand-in is safer than a request the provider rejects.
     """
-    out = copy.deepcopy(messages)
+    out = json_copy(messages)
     read_pdf = caps is not None and caps.pdf is True
     see_images = caps is not None and caps.vision is True
     if read_pdf and see_images:

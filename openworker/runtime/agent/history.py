@@ -8,7 +8,6 @@ rewritten for a model (DESIGN.md).
 from __future__ import annotations
 
 import base64
-import copy
 from typing import Any
 
 from openworker.runtime.agent.compaction import CompactionState, apply_to_outbound
@@ -17,6 +16,7 @@ from openworker.runtime.agent.degradation import (
     history_has_images,
     history_has_pdfs,
 )
+from providers.json_copy import json_copy_all
 from providers.types import ModelCapabilities
 from sessions.models import Attachment
 
@@ -165,6 +165,6 @@ def outbound_messages(
     """[system prompt] + (compacted block + verbatim tail, or the whole history) in its
     wire form for continuations, with attachments inlined and degraded for `caps`."""
     view = continuation_view(apply_to_outbound(history, compaction_state), continuing=continuing)
-    messages = [{"role": "system", "content": SYSTEM_PROMPT}, *copy.deepcopy(view)]
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, *json_copy_all(view)]
     messages = inline_attachments(messages, owner_id=owner_id)
     return adapt_for_model(messages, caps)

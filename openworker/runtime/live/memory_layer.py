@@ -8,9 +8,9 @@ the cost grows with the square of the sockets. Here the clean-up runs at most on
 `CLEAN_SECONDS` (messages live `expiry` = 60 s, so a second late changes nothing), and
 `group_send_nowait` puts the message on each member's queue at once, with no task: the
 turn emitter's hot path (`openworker.runtime.live.events.publish_soon`) uses it, as it
-uses the Redis layer's. Same semantics otherwise: a copy per member (`_copy`: the JSON
-shapes a channel message is made of, copied directly; `copy.deepcopy` only for anything
-else), a full queue drops the message (the replay buffer fills the gap).
+uses the Redis layer's. Same semantics otherwise: a copy per member
+(`providers.json_copy`: the JSON shapes a channel message is made of, copied directly),
+a full queue drops the message (the replay buffer fills the gap).
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from copy import deepcopy
 from typing import Any
 
 from channels.layers import InMemoryChannelLayer
+
+from providers.json_copy import json_copy
 
 CLEAN_SECONDS = 1.0
 
@@ -49,27 +50,10 @@ class LocalChannelLayer(InMemoryChannelLayer):
             if queue is None:
                 queue = self.channels[channel] = asyncio.Queue(maxsize=self.get_capacity(channel))
             with contextlib.suppress(asyncio.QueueFull):
-                queue.put_nowait((expires, _copy(message)))
+                queue.put_nowait((expires, json_copy(message)))
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
         return done
 
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
         self.group_send_nowait(group, message)
-
-
-_ATOMS = (str, int, float, bool, type(None))
-
-
-def _copy(value: Any) -> Any:
-    """A deep copy of a channel message: dicts, lists and atoms (what a message that
-    could cross Redis is made of) copied directly, a third of `deepcopy`'s cost on a
-    token-sized event (its memo and dispatch per object); anything else by `deepcopy`."""
-    kind = type(value)
-    if kind is dict:
-        return {key: _copy(item) for key, item in value.items()}
-    if kind is list:
-        return [_copy(item) for item in value]
-    if kind in _ATOMS:
-        return value
-    return deepcopy(value)

@@ -11,7 +11,6 @@ Failures a tool expects (file not found, refused URL) are raised inside `execute
 from __future__ import annotations
 
 import asyncio
-import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from providers.cancel import CancelToken
+from providers.json_copy import json_copy
 from providers.outbound import OutboundPolicy
 
 Policy = Literal["allow", "ask", "deny"]
@@ -85,7 +85,7 @@ class Tool(ABC):
         return {
             "name": self.name,
             "description": self.description,
-            "parameters": copy.deepcopy(self.parameters),
+            "parameters": json_copy(self.parameters),
         }
 
     def run(self, args: Any, ctx: ToolContext) -> ToolResult:
