@@ -6,7 +6,9 @@ Run from the repository root (PostgreSQL on 127.0.0.1:5432 as `postgres`, Redis 
 - a dedicated database `openworker_bench` (dropped, created and migrated) and Redis db 14
   (flushed: it is the bench's own);
 - a stamping fake Anthropic upstream (`bench/_common.py upstream`) answering every
-  request with TOKENS tokens at RATE tokens/s, each token carrying its emit time;
+  request with TOKENS tokens (`--tokens`, 100) at RATE tokens/s, each token carrying its
+  emit time (`--tokens 2` leaves what a turn costs besides its tokens: the table's CPU
+  per turn);
 - per K in (10, 50, 200): a Daphne process, a Celery worker (threads pool, concurrency
   K plus headroom), K users each with one session and a provider profile pointing at the
   upstream (made through the ORM), and K websocket clients in this process (asyncio
@@ -705,6 +707,11 @@ def print_box(r: RunResult) -> None:
         f"K={r.k}: CPU µs per frame by process: {spent}; the box ran "
         f"{r.box.busy_cores():.2f} of {os.cpu_count()} cores busy over {r.box.seconds:.1f} s"
     )
+    # Per turn, everything included: with `--tokens 2` this is what a turn costs besides
+    # its tokens (its send, start, requests, title, commits), the rest being per token.
+    servers = [k for k in ("daphne", "worker") if k in r.box.cpu]
+    per_turn = ", ".join(f"{kind} {r.box.cpu[kind] * 1e3 / r.k:.2f}" for kind in servers)
+    print(f"K={r.k}: CPU ms per turn ({TOKENS} tokens each) by process: {per_turn}")
 
 
 def _total(stats: dict[str, ProcStats], kind: str) -> ProcStats:
@@ -725,6 +732,7 @@ def _interrupt(*_: Any) -> None:
 
 
 def main() -> int:
+    global TOKENS  # `--tokens`: the upstream's reply and the clients' count of lost tokens
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--mode",
@@ -733,6 +741,12 @@ def main() -> int:
         help="embedded: `make run`'s configuration (SQLite, in-memory layer, turns in Daphne)",
     )
     parser.add_argument("--ks", default=",".join(map(str, KS)), help="comma-separated K")
+    parser.add_argument(
+        "--tokens",
+        type=int,
+        default=TOKENS,
+        help="tokens per reply (2: what a turn costs besides its tokens, per process)",
+    )
     parser.add_argument("--database-url", default=DATABASE_URL)
     parser.add_argument("--redis-url", default=REDIS_URL)
     parser.add_argument(
@@ -771,6 +785,7 @@ def main() -> int:
         "--profile-rate", type=int, default=100, metavar="HZ", help="py-spy samples per second"
     )
     args = parser.parse_args()
+    TOKENS = args.tokens
     ks = [int(k) for k in args.ks.split(",")]
     window = ProfileWindow(rate=args.profile_rate)
     if args.profile_window:
