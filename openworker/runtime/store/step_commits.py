@@ -31,7 +31,7 @@ from django.utils import timezone
 from openworker.runtime.store import dbretry, turn_state
 from openworker.runtime.store.gather import Gatherer, PerLoop
 from openworker.runtime.store.turn_state import StepSaved, StepTotals
-from openworker.runtime.store.values_sql import values_rows
+from openworker.values_sql import values_rows
 from sessions import services
 from sessions.models import Session, Turn
 

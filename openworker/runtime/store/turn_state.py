@@ -20,7 +20,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from openworker.prepared_query import PreparedQuery
-from openworker.runtime.store.values_sql import values_rows
+from openworker.values_sql import values_rows
 from sessions.models import Message, Turn
 from sessions.services import TIP, message_insert
 
