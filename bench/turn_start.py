@@ -103,7 +103,9 @@ def prepare(mode: str) -> None:
         stream_path.flush_redis(REDIS_URL)
 
 
-def run(k: int) -> list[tuple[str, Measured]]:
+def run(k: int, batch: int | None = None) -> list[tuple[str, Measured]]:
+    """`batch`: the size of every batch (sends, claims, starts, ends) instead of each
+    module's largest: a paced burst's batches are a few turns each."""
 
     from bench.stream_path import MODEL, make_sessions
     from openworker.runtime.agent import starts
@@ -116,6 +118,10 @@ def run(k: int) -> list[tuple[str, Measured]]:
     from sessions import selectors, services
     from sessions.models import Session
 
+    SEND_BATCH = batch or SEND_BATCH  # the constant, or --batch
+    MAX_BATCH = batch or MAX_BATCH
+    START_BATCH = batch or starts.MAX_BATCH
+    END_BATCH = batch or step_commits.MAX_BATCH
     ids = [session_id for session_id, _ in make_sessions(k, UPSTREAM)]
     sessions = list(Session.objects.select_related("owner").filter(pk__in=ids))
 
@@ -204,25 +210,18 @@ def run(k: int) -> list[tuple[str, Measured]]:
     half = len(claimed) // 2
     measured, _ = measure(lambda turn: start([turn]), claimed[:half])
     rows.append(("start alone", measured))
-    start_batches = [
-        claimed[i : i + starts.MAX_BATCH] for i in range(half, len(claimed), starts.MAX_BATCH)
-    ]
+    start_batches = [claimed[i : i + START_BATCH] for i in range(half, len(claimed), START_BATCH)]
     measured, started = measure(start, start_batches)
-    rows.append(
-        (f"start ({starts.MAX_BATCH} at once, per turn)", per_item(measured, start_batches))
-    )
+    rows.append((f"start ({START_BATCH} at once, per turn)", per_item(measured, start_batches)))
     together = [item for batch in started for item in batch]
     paths = {turn.pk: item.path for turn, item in zip(claimed[half:], together, strict=True)}
     rows.append(("outbound view", measure(outbound, claimed[half:])[0]))
     tips = {turn.pk: selectors.turn_path(turn=turn)[-1].seq for turn in claimed}
     # A turn's end alone, and a wave's (`step_commits`, `session_titles_save`).
     rows.append(("model call's commit alone", measure(commit, claimed[:half])[0]))
-    end_batches = [
-        claimed[i : i + step_commits.MAX_BATCH]
-        for i in range(half, len(claimed), step_commits.MAX_BATCH)
-    ]
+    end_batches = [claimed[i : i + END_BATCH] for i in range(half, len(claimed), END_BATCH)]
     measured, _ = measure(commits, end_batches)
-    per_turn = f"{step_commits.MAX_BATCH} at once, per turn"
+    per_turn = f"{END_BATCH} at once, per turn"
     rows.append((f"model calls' commits ({per_turn})", per_item(measured, end_batches)))
     rows.append(("title alone", measure(title, claimed[:half])[0]))
     measured, _ = measure(titles, end_batches)
@@ -234,12 +233,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--k", type=int, default=200, help="users, each sending once")
     parser.add_argument("--mode", choices=("distributed", "embedded"), default="distributed")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        help="every batch this size (a paced burst's are a few turns; default: each "
+        "module's largest, 100)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "openworker.settings")
     prepare(args.mode)
     from django.db import connection
 
-    rows = run(args.k)
+    rows = run(args.k, args.batch)
     print(
         f"turn start: {args.k} sends and turn starts, {args.mode} ({connection.vendor}), "
         f"load average before the run: {', '.join(f'{x:.2f}' for x in os.getloadavg())}\n"

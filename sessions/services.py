@@ -18,12 +18,12 @@ from typing import Any
 from django.conf import settings
 from django.core.files.base import ContentFile
 from django.db import connection, transaction
-from django.db.models import Case, F, OuterRef, QuerySet, Subquery, Value, When
+from django.db.models import F, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from openworker.prepared_query import PreparedQuery
-from openworker.values_sql import values_rows
+from openworker.prepared_query import AnyOf, PreparedQuery
+from openworker.values_sql import rows_insert, values_rows
 from providers.edge.model_policy import ModelRefused, model_require
 from sessions.attachments import attachment_meta, attachment_part
 from sessions.models import Attachment, Message, Session, Turn, UserPreferences
@@ -260,7 +260,7 @@ def turns_first_messages_insert(
     missing = [sid for sid in session_ids if sid not in taken]
     if missing:
         raise Session.DoesNotExist(f"no session {missing[0]}")
-    Turn.objects.bulk_create([turn for turn, _ in turns])
+    rows_insert([turn for turn, _ in turns])
     messages = [
         Message(
             session_id=turn.session_id,
@@ -273,13 +273,20 @@ def turns_first_messages_insert(
         )
         for sid, (turn, content) in zip(session_ids, turns, strict=True)
     ]
-    Message.objects.bulk_create(messages)
+    rows_insert(messages)
     if len(session_ids) == 1:  # a lone send: no CASE to build
         Session.objects.filter(pk=session_ids[0]).update(active_seq=messages[0].seq)
     else:
-        Session.objects.filter(pk__in=session_ids).update(
-            active_seq=Case(*(When(pk=sid, then=Value(taken[sid][0])) for sid in session_ids))
-        )
+        # Written out (`UPDATE ... FROM (VALUES ...)`): the ORM's CASE with a WHEN per
+        # session resolved an expression per row, holding the sync thread's GIL.
+        fields = [pk, Session._meta.get_field("active_seq")]
+        values, params = values_rows(fields, ((sid, taken[sid][0]) for sid in session_ids))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} AS s SET {column('active_seq')} = v.column2 "  # noqa: S608
+                f"FROM (VALUES {values}) AS v WHERE s.{column(pk.column)} = v.column1",
+                params,
+            )
     return messages
 
 
@@ -351,9 +358,7 @@ def step_messages_insert(items: list[StepMessage], *, when: Any = None) -> list[
     if missing:
         raise Session.DoesNotExist(f"no session {missing[0]}")
     wanted = {(sid, item.dedupe_key) for sid, item in zip(session_ids, items, strict=True)}
-    found = Message.objects.filter(
-        session_id__in=session_ids, dedupe_key__in=[item.dedupe_key for item in items]
-    ).values_list("session_id", "dedupe_key")
+    found = _KEYED.rows(session_ids=session_ids, keys=[item.dedupe_key for item in items])
     if any((_as_uuid(sid), dedupe_key) in wanted for sid, dedupe_key in found):
         raise AlreadyWritten()
     messages = [
@@ -366,8 +371,18 @@ def step_messages_insert(items: list[StepMessage], *, when: Any = None) -> list[
         )
         for sid, item in zip(session_ids, items, strict=True)
     ]
-    Message.objects.bulk_create(messages)
+    rows_insert(messages)
     return messages
+
+
+# Which of a batch's messages were written already: compiled once for any batch size.
+_KEYED = PreparedQuery(
+    lambda session_ids, keys: Message.objects.filter(
+        AnyOf(F("session_id"), session_ids), AnyOf(F("dedupe_key"), keys)
+    ).values_list("session_id", "dedupe_key"),
+    session_ids=list[uuid.UUID],
+    keys=list[str],
+)
 
 
 def _as_uuid(value: uuid.UUID | str) -> uuid.UUID:

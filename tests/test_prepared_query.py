@@ -8,9 +8,10 @@ from datetime import datetime
 
 import pytest
 from django.db import connection
+from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
-from openworker.prepared_query import PreparedQuery
+from openworker.prepared_query import AnyOf, PreparedQuery
 from sessions.models import Session, Turn
 
 
@@ -152,3 +153,69 @@ def test_model_instances_come_back_as_the_queryset_makes_them(owner, teammate): 
             lambda owner_id: Session.objects.filter(owner_id=owner_id).values_list("pk"),
             owner_id=int,
         ).instances(owner_id=owner.pk)
+
+
+def _lists_answer_as_in_does(owner, teammate) -> None:  # type: ignore[no-untyped-def]
+    _make_turns(owner, teammate)
+    sessions = list(Session.objects.order_by("created_at"))
+
+    def by_owners(owner_ids, model):  # type: ignore[no-untyped-def]
+        return (
+            Turn.objects.filter(AnyOf(F("session__owner_id"), owner_ids), model=model)
+            .order_by("created_at")
+            .values_list("pk", "session_id")
+        )
+
+    def by_sessions(session_ids):  # type: ignore[no-untyped-def]
+        return Session.objects.filter(AnyOf(F("pk"), session_ids)).order_by("created_at")
+
+    def by_models(models):  # type: ignore[no-untyped-def]
+        return Session.objects.filter(AnyOf(F("model"), models)).values_list("pk").order_by("pk")
+
+    owners = PreparedQuery(by_owners, owner_ids=list[int], model=str)
+    chosen = PreparedQuery(by_sessions, session_ids=list[uuid.UUID])
+    named = PreparedQuery(by_models, models=list[str])
+    for owner_ids in ([owner.pk], [owner.pk, teammate.pk], [teammate.pk, -1]):
+        expected = Turn.objects.filter(session__owner_id__in=owner_ids, model="anthropic:a")
+        expected_rows = list(expected.order_by("created_at").values_list("pk", "session_id"))
+        assert owners.rows(owner_ids=owner_ids, model="anthropic:a") == expected_rows
+        assert list(by_owners(owner_ids, "anthropic:a")) == expected_rows  # the ORM's own
+    for picked in (sessions[:1], sessions[1:3], sessions):
+        # UUIDs as objects or as strings, as a scalar argument takes them.
+        for ids in ([s.pk for s in picked], [str(s.pk) for s in picked]):
+            assert [s.pk for s in chosen.instances(session_ids=ids)] == [s.pk for s in picked]
+    expected_b = sorted(s.pk for s in sessions if s.model == "anthropic:b")
+    assert [pk for (pk,) in named.rows(models=["anthropic:b", "anthropic:z"])] == expected_b
+    # No values: no rows, without a query, as `__in=[]` answers.
+    with CaptureQueriesContext(connection) as queries:
+        assert owners.rows(owner_ids=[], model="anthropic:a") == []
+        assert list(by_owners([], "anthropic:a")) == []
+    assert len(queries) == 0
+
+
+def test_a_list_argument_answers_as_an_in_filter_with_sql_compiled_once(owner, teammate):  # type: ignore[no-untyped-def]
+    _lists_answer_as_in_does(owner, teammate)
+
+
+@pytest.mark.distributed
+@pytest.mark.django_db(transaction=True)
+def test_a_list_argument_answers_as_an_in_filter_on_postgresql(owner, teammate):  # type: ignore[no-untyped-def]
+    assert connection.vendor == "postgresql"
+    _lists_answer_as_in_does(owner, teammate)
+
+
+def test_a_batch_of_any_size_runs_the_same_sql(owner, teammate):  # type: ignore[no-untyped-def]
+    built = []
+
+    def build(owner_ids):  # type: ignore[no-untyped-def]
+        built.append(owner_ids)
+        return Session.objects.filter(AnyOf(F("owner_id"), owner_ids)).values_list("pk")
+
+    prepared = PreparedQuery(build, owner_ids=list[int])
+    Session.objects.create(owner=owner, model="anthropic:a")
+    with CaptureQueriesContext(connection) as queries:
+        for size in (1, 2, 5, 40):
+            prepared.rows(owner_ids=[owner.pk] + [-n for n in range(1, size)])
+    assert len(built) == 1
+    assert len({query["sql"].split(" WHERE ")[0] for query in queries}) == 1
+    assert len(queries) == 4

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import F, Q
 
-from openworker.prepared_query import PreparedQuery
+from openworker.prepared_query import AnyOf, PreparedQuery
 from providers.edge.models import ProviderProfile
 
 PREFIX = "provider:"
@@ -78,20 +78,25 @@ _OWN_PROFILES = PreparedQuery(
 _ORG_PROFILES = PreparedQuery(
     lambda: ProviderProfile.objects.filter(owner__isnull=True).values_list(*_COLUMNS)
 )
+# A burst's users and the organisation's (any number of users: compiled once too).
+_PROFILES_OF_MANY = PreparedQuery(
+    lambda user_ids: ProviderProfile.objects.filter(
+        Q(AnyOf(F("owner_id"), user_ids)) | Q(owner__isnull=True)
+    ).values_list(*_COLUMNS),
+    user_ids=list[int],
+)
 
 
 def user_secret_stores(wanted: list[tuple[int, bool]]) -> list[UserSecretStore]:
     """`UserSecretStore(user_id, org_keys=...)` for each (user id, org_keys) of a burst of
     turn starts, in order: one query for every user's profiles and the organisation's,
-    each profile decrypted once however many of the burst's users it serves (a query
-    built per call: for one user, the compiled one is cheaper)."""
+    each profile decrypted once however many of the burst's users it serves."""
     if len(wanted) <= 1:  # a lone start: the queries compiled once
         return [UserSecretStore(user_id, org_keys=org_keys) for user_id, org_keys in wanted]
     users = sorted({user_id for user_id, _ in wanted})
-    rows = ProviderProfile.objects.filter(Q(owner_id__in=users) | Q(owner__isnull=True))
     org: list[dict[str, Any]] = []
     own: dict[int, list[dict[str, Any]]] = {}
-    for row in rows.values_list(*_COLUMNS):
+    for row in _PROFILES_OF_MANY.rows(user_ids=users):
         profile = _resolved(_profile(row))
         owner = profile["owner_id"]
         (org if owner is None else own.setdefault(owner, [])).append(profile)

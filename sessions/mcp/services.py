@@ -9,10 +9,10 @@ from typing import Any
 from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet, prefetch_related_objects
+from django.db.models import F, QuerySet, prefetch_related_objects
 from django.utils import timezone
 
-from openworker.prepared_query import PreparedQuery
+from openworker.prepared_query import AnyOf, PreparedQuery
 from providers.errors import ProviderError
 from providers.outbound import OutboundPolicy
 from sessions.attachments import AttachmentRejected, attachment_create
@@ -60,8 +60,16 @@ def session_mcp_servers(*, session_id: uuid.UUID | str, owner: Any) -> list[McpS
 def sessions_using_servers(*, session_ids: list[Any]) -> set[str]:
     """Of `session_ids`, those that chose any MCP server (as strings): one query for a
     burst of turn starts, most of whose sessions use none."""
-    chosen = SessionMcpServer.objects.filter(session_id__in=session_ids)
-    return {str(session_id) for session_id in chosen.values_list("session_id", flat=True)}
+    return {str(session_id) for (session_id,) in _CHOSEN.rows(session_ids=list(session_ids))}
+
+
+# Compiled once for a burst of any size (openworker.prepared_query).
+_CHOSEN = PreparedQuery(
+    lambda session_ids: SessionMcpServer.objects.filter(
+        AnyOf(F("session_id"), session_ids)
+    ).values_list("session_id"),
+    session_ids=list[uuid.UUID],
+)
 
 
 def _session_servers_query(session_id: uuid.UUID, owner_id: int) -> QuerySet[McpServer]:

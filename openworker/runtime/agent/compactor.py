@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Subquery
+from django.db.models import F, Subquery
 
-from openworker.prepared_query import PreparedQuery
+from openworker.prepared_query import AnyOf, PreparedQuery
 from openworker.runtime.agent import compaction
 from openworker.runtime.store.dbcall import db
 from providers.base import ProviderClient
@@ -81,12 +81,7 @@ def load_settings_and_states(
         except Session.DoesNotExist as exc:
             return [exc]
     ids = list({session_id for session_id, _ in paths})
-    found = {
-        str(row[0]): row[1:]
-        for row in Session.objects.filter(pk__in=ids)
-        .annotate(**_settings_annotations())
-        .values_list("pk", "compaction_state", "last_context_tokens", *_ANNOTATED)
-    }
+    found = {str(row[0]): row[1:] for row in _SESSIONS_AND_SETTINGS.rows(session_ids=ids)}
     out: list[SettingsAndState | Exception] = []
     for session_id, rows in paths:
         row = found.get(str(session_id))
@@ -122,6 +117,15 @@ _SESSION_AND_SETTINGS = PreparedQuery(
         .values_list("compaction_state", "last_context_tokens", *_ANNOTATED)[:1]
     ),
     session_id=uuid.UUID,
+)
+# A burst's (of any size), compiled once too.
+_SESSIONS_AND_SETTINGS = PreparedQuery(
+    lambda session_ids: (
+        Session.objects.filter(AnyOf(F("pk"), session_ids))
+        .annotate(**_settings_annotations())
+        .values_list("pk", "compaction_state", "last_context_tokens", *_ANNOTATED)
+    ),
+    session_ids=list[uuid.UUID],
 )
 
 

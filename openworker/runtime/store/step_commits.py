@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, connection, transaction
-from django.db.models import BooleanField
+from django.db.models import BooleanField, F
 from django.utils import timezone
 
+from openworker.prepared_query import AnyOf, PreparedQuery
 from openworker.runtime.store import dbretry, turn_state
 from openworker.runtime.store.gather import Gatherer, PerLoop
 from openworker.runtime.store.turn_state import StepSaved, StepTotals
@@ -132,10 +133,7 @@ def _commit_together(asks: list[StepAsk]) -> list[StepSaved]:
     worker_of = {_uuid(ask.turn_id): ask.worker for ask in asks}
     ours = {
         _uuid(pk)
-        for pk, owner in Turn.objects.select_for_update()
-        .filter(pk__in=list(worker_of), status=Turn.Status.RUNNING)
-        .order_by("pk")
-        .values_list("pk", "lease_owner")
+        for pk, owner in _LOCKED.rows(turn_ids=list(worker_of))
         if owner == worker_of[_uuid(pk)]
     }
     mine = [ask for ask in asks if _uuid(ask.turn_id) in ours]
@@ -145,6 +143,18 @@ def _commit_together(asks: list[StepAsk]) -> list[StepSaved]:
         StepSaved(message=message, counted=True, ours=_uuid(ask.turn_id) in ours)
         for ask, message in zip(asks, messages, strict=True)
     ]
+
+
+# The wave's running turns, locked in key order: compiled once for a wave of any size.
+_LOCKED = PreparedQuery(
+    lambda turn_ids: (
+        Turn.objects.select_for_update()
+        .filter(AnyOf(F("pk"), turn_ids), status=Turn.Status.RUNNING)
+        .order_by("pk")
+        .values_list("pk", "lease_owner")
+    ),
+    turn_ids=list[uuid.UUID],
+)
 
 
 def _turns_update(asks: list[StepAsk], now: Any) -> None:

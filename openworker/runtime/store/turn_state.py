@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from openworker.prepared_query import PreparedQuery
+from openworker.prepared_query import AnyOf, PreparedQuery
 from openworker.values_sql import values_rows
 from sessions.models import Message, Turn
 from sessions.services import TIP, message_insert
@@ -50,7 +50,7 @@ def turns_claim(*, turn_ids: list[uuid.UUID | str], worker: str) -> dict[str, Tu
     UPDATE, and read them back with their sessions in one SELECT: {turn id: turn} of the
     ones taken (`runtime.store.claims` gathers a burst's claims into one call)."""
     now = timezone.now()
-    updated = Turn.objects.filter(pk__in=turn_ids, status=Turn.Status.QUEUED).update(
+    updated = Turn.objects.filter(AnyOf(F("pk"), turn_ids), status=Turn.Status.QUEUED).update(
         status=Turn.Status.RUNNING,
         lease_owner=worker,
         heartbeat_at=now,
@@ -64,11 +64,7 @@ def turns_claim(*, turn_ids: list[uuid.UUID | str], worker: str) -> dict[str, Tu
     if len(turn_ids) == 1:
         claimed = _CLAIMED.instances(turn_id=turn_ids[0], worker=worker)
     else:
-        claimed = list(
-            Turn.objects.select_related("session").filter(
-                pk__in=turn_ids, lease_owner=worker, status=Turn.Status.RUNNING
-            )
-        )
+        claimed = _CLAIMED_MANY.instances(turn_ids=list(turn_ids), worker=worker)
     return {str(turn.pk): turn for turn in claimed}
 
 
@@ -78,6 +74,14 @@ _CLAIMED = PreparedQuery(
         pk=turn_id, lease_owner=worker, status=Turn.Status.RUNNING
     )[:1],
     turn_id=uuid.UUID,
+    worker=str,
+)
+# A burst's (any number of turns: compiled once too).
+_CLAIMED_MANY = PreparedQuery(
+    lambda turn_ids, worker: Turn.objects.select_related("session").filter(
+        AnyOf(F("pk"), turn_ids), lease_owner=worker, status=Turn.Status.RUNNING
+    ),
+    turn_ids=list[uuid.UUID],
     worker=str,
 )
 

@@ -18,10 +18,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import F, Sum
 from django.utils import timezone
 
-from openworker.prepared_query import PreparedQuery
+from openworker.prepared_query import AnyOf, PreparedQuery
 from openworker.runtime.live import events
 from openworker.runtime.store import local_cancel, turn_state
 from openworker.runtime.turns import runner, watchdog
@@ -180,9 +180,7 @@ def _limits_of(owners: list[int]) -> dict[int, tuple[int | None, Decimal | None]
     if len(owners) == 1:  # a lone send: the query compiled once
         row = _LIMITS.first(user_id=owners[0])
         return {owners[0]: (row[0], row[1])} if row is not None else {}
-    rows = UserLimits.objects.filter(user_id__in=owners).values_list(
-        "user_id", "max_concurrent_turns", "monthly_budget"
-    )
+    rows = _LIMITS_MANY.rows(user_ids=owners)
     return {user_id: (concurrent, budget) for user_id, concurrent, budget in rows}
 
 
@@ -190,11 +188,7 @@ def _active_turns_of(owners: list[int]) -> list[tuple[int, Any, str, Any]]:
     """(owner, session, status, heartbeat) of the users' active turns."""
     if len(owners) == 1:
         return [(owners[0], *row) for row in _ACTIVE_TURNS.rows(owner_id=owners[0])]
-    return list(
-        Turn.objects.filter(session__owner_id__in=owners, status__in=Turn.ACTIVE).values_list(
-            "session__owner_id", "session_id", "status", "heartbeat_at"
-        )
-    )
+    return _ACTIVE_TURNS_MANY.rows(owner_ids=owners)
 
 
 # A lone send asks both, so they are compiled once (openworker.prepared_query).
@@ -209,6 +203,19 @@ _LIMITS = PreparedQuery(
         "max_concurrent_turns", "monthly_budget"
     )[:1],
     user_id=int,
+)
+# A burst's (any number of users: compiled once too).
+_ACTIVE_TURNS_MANY = PreparedQuery(
+    lambda owner_ids: Turn.objects.filter(
+        AnyOf(F("session__owner_id"), owner_ids), status__in=Turn.ACTIVE
+    ).values_list("session__owner_id", "session_id", "status", "heartbeat_at"),
+    owner_ids=list[int],
+)
+_LIMITS_MANY = PreparedQuery(
+    lambda user_ids: UserLimits.objects.filter(AnyOf(F("user_id"), user_ids)).values_list(
+        "user_id", "max_concurrent_turns", "monthly_budget"
+    ),
+    user_ids=list[int],
 )
 
 
