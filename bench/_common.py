@@ -22,6 +22,7 @@ import json
 import math
 import re
 import secrets
+import ssl
 import subprocess
 import sys
 import threading
@@ -299,17 +300,21 @@ class StampingUpstream:
     cost should not be measured here.
     """
 
-    def __init__(self, reply: Reply, *, port: int = 0) -> None:
+    def __init__(self, reply: Reply, *, port: int = 0, tls: Any = None) -> None:
+        """`tls`: an `ssl.SSLContext` to serve HTTPS with (bench/http_requests.py)."""
         self.reply = reply
         self.port = port
+        self.tls = tls
         # Validation, usage estimates and rendering; never started as a server itself.
         self.fake = AnthropicMessagesFake(script=Script(default=reply))
         self.base_url = ""
 
     async def serve(self, ready: Callable[[str], None]) -> None:
-        server = await asyncio.start_server(self._connection, "127.0.0.1", self.port, backlog=1024)
+        server = await asyncio.start_server(
+            self._connection, "127.0.0.1", self.port, backlog=1024, ssl=self.tls
+        )
         port = server.sockets[0].getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{port}"
+        self.base_url = f"{'https' if self.tls else 'http'}://127.0.0.1:{port}"
         ready(self.base_url)
         async with server:
             await server.serve_forever()
@@ -417,17 +422,22 @@ def parse_tokens(text: str) -> list[tuple[int, int]]:
 
 
 @contextlib.contextmanager
-def upstream_process(tokens: int, rate: float) -> Iterator[str]:
-    """Run the stamping upstream as a subprocess; yields its base URL, stops it after."""
+def upstream_process(
+    tokens: int, rate: float, *, tls: tuple[Path, Path] | None = None
+) -> Iterator[str]:
+    """Run the stamping upstream as a subprocess; yields its base URL, stops it after.
+    `tls`: (certificate, key) PEM files to serve HTTPS with."""
     command = [sys.executable, str(Path(__file__).resolve()), "upstream"]
     command += ["--tokens", str(tokens), "--rate", str(rate)]
+    if tls is not None:
+        command += ["--tls-cert", str(tls[0]), "--tls-key", str(tls[1])]
     process = subprocess.Popen(
         command, cwd=REPO, stdout=subprocess.PIPE, text=True, start_new_session=True
     )
     try:
         assert process.stdout is not None
         base_url = process.stdout.readline().strip()
-        if not base_url.startswith("http://"):
+        if not base_url.startswith(("http://", "https://")):
             raise RuntimeError("the stamping upstream did not start")
         yield base_url
     finally:
@@ -444,8 +454,15 @@ def _upstream_main(argv: list[str]) -> None:
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--rate", type=float, default=20.0, help="tokens per second")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
+    parser.add_argument("--tls-key", help="and this key (PEM)")
     args = parser.parse_args(argv)
-    upstream = StampingUpstream(stamped_reply(args.tokens, args.rate), port=args.port)
+    tls = None
+    if args.tls_cert:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(args.tls_cert, args.tls_key)
+    reply = stamped_reply(args.tokens, args.rate)
+    upstream = StampingUpstream(reply, port=args.port, tls=tls)
 
     def ready(base_url: str) -> None:
         sys.stdout.write(base_url + "\n")

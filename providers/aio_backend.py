@@ -31,6 +31,9 @@ import httpcore
 
 # Read buffer before the transport is paused (asyncio's flow control).
 STREAM_LIMIT = 256 * 1024
+# Writes held back until the stream reads (or this much is held): httpcore writes a
+# request's head and its body separately, two sends a request where one does.
+CORK_LIMIT = 64 * 1024
 
 
 class _Connection(asyncio.Protocol):
@@ -55,6 +58,9 @@ class _Connection(asyncio.Protocol):
         self._drain: asyncio.Future[None] | None = None
         self._writing_paused = False
         self.closed: asyncio.Future[None] = loop.create_future()
+        # Written, not yet handed to the transport (`AsyncioStream.write`).
+        self.held: list[bytes] = []
+        self.held_size = 0
 
     # -- asyncio.Protocol
 
@@ -143,6 +149,13 @@ class _Connection(asyncio.Protocol):
 
     # -- writing
 
+    def must_wait_to_write(self) -> bool:
+        """Whether `drain` would wait or raise: the transport's buffer is full, or the
+        connection is gone. Checked first so that a write the socket takes at once (every
+        request of a turn) arms no timeout: `asyncio.timeout` per write was a timer
+        scheduled and cancelled twice per provider request."""
+        return self._writing_paused or self.error is not None or self.closed.done()
+
     async def drain(self) -> None:
         """Wait while the transport's write buffer is full; raise if the connection is
         gone (as `StreamWriter.drain`)."""
@@ -161,6 +174,8 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         connection = self._connection
+        if connection.held:
+            self._send_held()  # the request is whole: it goes out before its reply is read
         while True:
             if connection.buffered:
                 return connection.take(max_bytes)
@@ -179,22 +194,52 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
                     connection.waiter = None
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        """Hold `buffer` until the stream reads, the loop's next turn or CORK_LIMIT bytes
+        held, then send what is held in one write: a request's head and body (httpcore
+        writes them separately, then reads) leave in one send, not two system calls."""
         if not buffer:
             return
         connection = self._connection
-        transport = connection.transport
-        assert transport is not None
+        if not connection.held:
+            connection.loop.call_soon(self._send_held_soon)
+        connection.held.append(buffer)
+        connection.held_size += len(buffer)
+        if connection.held_size < CORK_LIMIT:
+            return
         try:
+            self._send_held()
+            if not connection.must_wait_to_write():
+                return  # the socket took it: no timer to set
             async with asyncio.timeout(timeout):
-                transport.write(buffer)
                 await connection.drain()
         except TimeoutError:
             raise httpcore.WriteTimeout("timed out writing") from None
         except OSError as exc:
             raise httpcore.WriteError(str(exc) or type(exc).__name__) from exc
 
+    def _send_held_soon(self) -> None:
+        """What is still held on the loop's next turn (a write no read followed yet)."""
+        if self._connection.held:
+            with contextlib.suppress(httpcore.WriteError):  # the next read says it
+                self._send_held()
+
+    def _send_held(self) -> None:
+        connection = self._connection
+        held = connection.held
+        data = held[0] if len(held) == 1 else b"".join(held)
+        held.clear()
+        connection.held_size = 0
+        transport = connection.transport
+        assert transport is not None
+        try:
+            transport.write(data)
+        except OSError as exc:
+            raise httpcore.WriteError(str(exc) or type(exc).__name__) from exc
+
     async def aclose(self) -> None:
         connection = self._connection
+        connection.held.clear()  # a request never read for: nothing waits on it
+        connection.held_size = 0
         if connection.transport is not None:
             connection.transport.close()
         with contextlib.suppress(OSError, ssl.SSLError, TimeoutError):

@@ -332,8 +332,20 @@ class AsyncGuardedTransport(httpx.AsyncHTTPTransport):
     """`GuardedTransport` for `httpx.AsyncClient`: the same check (its DNS lookup in a
     thread, off the event loop) and the same pinning, over asyncio sockets."""
 
-    def __init__(self, policy: OutboundPolicy, *, limits: httpx.Limits | None = None) -> None:
+    def __init__(
+        self,
+        policy: OutboundPolicy,
+        *,
+        limits: httpx.Limits | None = None,
+        shared_pool: Any = None,
+    ) -> None:
+        """`shared_pool`: connections kept beyond this transport (the engine loop's
+        `kept_connections.KeptConnections`), which its `aclose` leaves open."""
         self._policy = policy
+        self._shared_pool = shared_pool
+        if shared_pool is not None:
+            self._pool = shared_pool
+            return
         limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
         self._pool = httpcore.AsyncConnectionPool(
             ssl_context=default_ssl_context(),
@@ -358,6 +370,10 @@ class AsyncGuardedTransport(httpx.AsyncHTTPTransport):
                 last_error = exc
         assert last_error is not None
         raise last_error
+
+    async def aclose(self) -> None:
+        if self._shared_pool is None:
+            await super().aclose()
 
 
 def _pinned_requests(request: httpx.Request, target: Any) -> Iterator[httpx.Request]:

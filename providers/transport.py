@@ -50,6 +50,7 @@ from .errors import (
     error_from_response,
     redact,
 )
+from .kept_connections import loop_keeper
 from .outbound import AsyncGuardedTransport, OutboundPolicy
 from .sse import SSEDecoder, SSEEvent, SSEProtocolError
 
@@ -431,7 +432,7 @@ class Transport:
         client = self._clients.get(loop)
         if client is None:
             client = httpx.AsyncClient(
-                transport=AsyncGuardedTransport(self._policy),
+                transport=AsyncGuardedTransport(self._policy, shared_pool=loop_keeper()),
                 timeout=self._timeout,
                 follow_redirects=False,
                 trust_env=False,

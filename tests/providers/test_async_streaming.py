@@ -676,6 +676,45 @@ async def test_the_asyncio_backend_reads_what_the_peer_sent_then_end_of_file():
     assert received == b"pong"
 
 
+class _RecordingTransport:
+    """A transport's stand-in that records each write before making it."""
+
+    def __init__(self, transport: Any) -> None:
+        self.transport = transport
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+        self.transport.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
+@pytest.mark.timeout(30)
+async def test_a_requests_head_and_body_leave_in_one_write_when_its_reply_is_read():
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        stream = await AsyncioBackend().connect_tcp("127.0.0.1", listener.getsockname()[1])
+        recording = _RecordingTransport(stream._connection.transport)
+        stream._connection.transport = recording
+        try:
+            peer, _ = await asyncio.to_thread(listener.accept)
+            with peer:
+                # As httpcore sends a request: the head, the body, then the reply is read.
+                await stream.write(b"POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n", timeout=5)
+                await stream.write(b"{}", timeout=5)
+                peer.sendall(b"HTTP/1.1 204 No Content\r\n\r\n")
+                assert await stream.read(1024, timeout=5) == b"HTTP/1.1 204 No Content\r\n\r\n"
+                assert recording.writes == [b"POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"]
+                # A body past the cork goes at once, with what was held before it.
+                big = b"x" * aio_backend.CORK_LIMIT
+                await stream.write(b"head", timeout=5)
+                await stream.write(big, timeout=5)
+                assert recording.writes[1:] == [b"head" + big]
+        finally:
+            await stream.aclose()
+
+
 @pytest.mark.timeout(30)
 async def test_the_asyncio_backend_hands_over_bytes_that_arrived_before_a_reset():
     with socket.create_server(("127.0.0.1", 0)) as listener:

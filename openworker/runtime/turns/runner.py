@@ -30,6 +30,7 @@ from django.db import transaction
 from openworker.runtime.agent.tools import mcp_pool
 from openworker.runtime.turns.admission import run_admitted
 from openworker.runtime.turns.tasks import run_turn_task, run_turns_task
+from providers.kept_connections import aclose_loop_keeper
 
 logger = logging.getLogger(__name__)
 
@@ -108,8 +109,10 @@ class EmbeddedRunner:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-        # Then the loop's open MCP sessions (stdio processes included) end cleanly.
+        # Then the loop's open MCP sessions (stdio processes included) end cleanly, and
+        # its kept provider connections close.
         await mcp_pool.aclose_running_loop_pool()
+        await aclose_loop_keeper()
 
 
 def _hook_reactor_shutdown(callback: Any) -> bool:

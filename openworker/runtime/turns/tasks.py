@@ -17,6 +17,7 @@ from openworker.runtime.agent.llm import warm_for_serving
 from openworker.runtime.agent.tools import mcp_pool
 from openworker.runtime.turns.admission import run_admitted
 from openworker.runtime.turns.worker_loop import worker_loop
+from providers.kept_connections import aclose_loop_keeper
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +61,9 @@ def _ready_to_serve(**_: Any) -> None:
 
 
 @worker_shutdown.connect
-def _close_mcp_sessions(**_: Any) -> None:
+def _close_pooled_sessions(**_: Any) -> None:
     """The turn loop's open MCP sessions end cleanly (HTTP sessions deleted, stdio
-    processes stopped) when the worker stops."""
+    processes stopped) when the worker stops, and its kept provider connections close."""
     if worker_loop.started:
         worker_loop.run(mcp_pool.aclose_running_loop_pool())
+        worker_loop.run(aclose_loop_keeper())
