@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
+from channels.consumer import get_handler_name
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.layers import get_channel_layer
@@ -346,14 +347,20 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
     # --- server events -----------------------------------------------------------------
 
     async def dispatch(self, message: dict[str, Any]) -> None:
-        """Turn events skip Channels' per-message `aclose_old_connections` (a thread hop
-        each): their handler never touches the database, and at hundreds of streaming
-        sockets those hops were the Daphne process's largest cost (bench/stream_path.py).
-        """
+        """Channels' `dispatch` without its per-message `aclose_old_connections`, a thread
+        hop each. Turn events never touch the database: at hundreds of streaming sockets
+        those hops were the Daphne process's largest cost (bench/stream_path.py). The
+        socket's own messages (connect, receive, disconnect) reach the database only
+        through `socket_db`, whose calls release or keep their connection themselves, so
+        the hop only cost them: about a tenth of Daphne's CPU per turn at K = 1000
+        (py-spy, a turn's connect, send and disconnect)."""
         if message.get("type") == events.GROUP_MESSAGE_TYPE:
             await self.session_event(message)
-        else:
-            await super().dispatch(message)
+            return
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     async def session_event(self, message: dict[str, Any]) -> None:
         event = message["event"]
