@@ -25,9 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import datetime
 import functools
-import ipaddress
 import os
 import ssl
 import statistics
@@ -36,11 +34,11 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import print_table, run_on_serving_loop, upstream_process
+from tests.support.tls import write_tls_files
 
 REPEATS = 5
 HEADERS = {"x-api-key": "sk-bench-0123456789", "anthropic-version": "2023-06-01"}
@@ -50,51 +48,6 @@ BODY = {
     "stream": True,
     "messages": [{"role": "user", "content": "Hello there."}],
 }
-
-
-def write_certificates(folder: Path) -> tuple[Path, Path, Path]:
-    """(authority certificate, server certificate, server key) for 127.0.0.1, as PEM."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-
-    def certificate(
-        subject: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Name, signer: Any, ca: bool
-    ) -> x509.Certificate:
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-            .issuer_name(issuer)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(hours=2))
-            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        )
-        if not ca:
-            names = [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-        return builder.sign(signer, hashes.SHA256())
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bench authority")])
-    ca = certificate("bench authority", ca_key, ca_name, ca_key, True)
-    key = ec.generate_private_key(ec.SECP256R1())
-    server = certificate("127.0.0.1", key, ca_name, ca_key, False)
-    paths = folder / "ca.pem", folder / "server.pem", folder / "server.key"
-    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths[1].write_bytes(server.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return paths
 
 
 @contextlib.contextmanager
@@ -167,7 +120,7 @@ def main() -> None:
 
     rows = []
     with tempfile.TemporaryDirectory() as folder:
-        ca, cert, key = write_certificates(Path(folder))
+        ca, cert, key = write_tls_files(Path(folder))
         trusting = ssl.create_default_context(cafile=str(ca))
         outbound.default_ssl_context = functools.cache(lambda: trusting)
         for scheme, tls in (("http", None), ("https", (cert, key))):

@@ -5,8 +5,6 @@ trust store)."""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import ssl
 import threading
 import time
@@ -14,62 +12,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from providers import blocking, outbound
 from providers.outbound import OutboundPolicy
 from providers.transport import Transport
+from tests.support.tls import write_tls_files
 
 EVENTS = [f'event: content_block_delta\ndata: {{"n":{n}}}\n\n'.encode() for n in range(30)]
-
-
-def _certificate(
-    subject: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Name, signer, *, ca: bool
-) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-        .issuer_name(issuer)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if not ca:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-            ),
-            critical=False,
-        )
-    return builder.sign(signer, hashes.SHA256())
 
 
 @pytest.fixture
 def tls_files(tmp_path: Path) -> tuple[Path, Path, Path]:
     """(authority's certificate, server certificate, server key) as PEM files."""
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = _certificate(
-        "test authority",
-        ca_key,
-        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test authority")]),
-        ca_key,
-        ca=True,
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = _certificate("127.0.0.1", key, ca.subject, ca_key, ca=False)
-    pem = serialization.Encoding.PEM
-    (tmp_path / "ca.pem").write_bytes(ca.public_bytes(pem))
-    (tmp_path / "cert.pem").write_bytes(cert.public_bytes(pem))
-    (tmp_path / "key.pem").write_bytes(
-        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem"
+    return write_tls_files(tmp_path)
 
 
 class TLSUpstream:
