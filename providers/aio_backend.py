@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import select
 import ssl
 from collections.abc import Iterable
 from typing import Any
@@ -282,14 +281,15 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
             return transport.get_extra_info("socket")
         if info == "is_readable":
             # An idle pooled connection that is readable was closed (or sent junk) by
-            # the server: httpcore then opens a new one instead of reusing it.
+            # the server: httpcore then opens a new one instead of reusing it. The
+            # protocol reads all the time (paused only with bytes held), so what the
+            # socket had is already here: its end, its error or its bytes. No `select`
+            # per check: that was a system call per request taken and given back (a
+            # twentieth of the worker's loop at K = 1000), and over TLS a readable
+            # socket may hold only a session ticket. A close that races the check is
+            # the keeper's retry (`kept_connections`), as it was with `select`.
             connection = self._connection
-            return (
-                connection.eof
-                or connection.error is not None
-                or connection.buffered
-                or _fd_readable(transport.get_extra_info("socket"))
-            )
+            return connection.eof or connection.error is not None or connection.buffered
         return None
 
 
@@ -327,13 +327,3 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
-
-
-def _fd_readable(sock: Any) -> bool:
-    if sock is None:
-        return True
-    try:
-        readable, _, _ = select.select([sock.fileno()], [], [], 0)
-    except (OSError, ValueError):
-        return True  # closed under us
-    return bool(readable)

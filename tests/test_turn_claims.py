@@ -124,3 +124,97 @@ def test_a_failed_claim_call_fails_every_start_that_waited_on_it(
     outcomes = async_to_sync(together)()
     assert all(isinstance(outcome, RuntimeError) for outcome in outcomes)
     assert set(Turn.objects.filter(pk__in=ids).values_list("status", flat=True)) == {"queued"}
+
+
+# --- a claimer that starts what it claims (the engine's: `agent.starts.claim_starter`) ---
+
+
+def _claim_and_start_together(
+    turn_ids: list[str], start: Any, abandoned: Any = None
+) -> list[claims.Claim | None]:
+    async def together() -> list[claims.Claim | None]:
+        claimer = claims.Claimer(start=start, abandoned=abandoned)
+        asks = [claimer.claim(turn_id, f"with {n}") for n, turn_id in enumerate(turn_ids)]
+        return list(await asyncio.gather(*asks))
+
+    return async_to_sync(together)()
+
+
+def test_a_starting_claimer_starts_the_turns_it_took_in_the_claims_own_call(
+    owner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    taken, finished, other = _queued_turns(owner, 3)
+    Turn.objects.filter(pk=finished).update(status=Turn.Status.CANCELLED)
+    calls: list[str] = []
+    real_db = claims.db
+
+    def counting_db(fn: Any, **kwargs: Any) -> Any:
+        calls.append(fn.__name__)
+        return real_db(fn, **kwargs)
+
+    monkeypatch.setattr(claims, "db", counting_db)
+    started: list[list[tuple[str, str, str]]] = []
+
+    def start(claimed: list[tuple[Turn, str]]) -> list[str]:
+        # On the database thread, after the claim: the turns are already running.
+        started.append([(str(turn.pk), turn.status, given) for turn, given in claimed])
+        return [f"started {turn.pk}" for turn, _given in claimed]
+
+    got = _claim_and_start_together([taken, finished, other], start)
+    assert calls == ["turns_claim_and_start"]
+    # Only the turns taken are started, each with what its own asker gave.
+    assert started == [[(taken, "running", "with 0"), (other, "running", "with 2")]]
+    assert got[1] is None
+    assert got[0] is not None and got[0].started == f"started {taken}"
+    assert got[2] is not None and got[2].started == f"started {other}"
+
+
+def test_a_start_that_fails_as_a_whole_fails_each_turns_start_but_keeps_the_claims(
+    owner: Any,
+) -> None:
+    ids = _queued_turns(owner, 2)
+
+    def start(claimed: list[tuple[Turn, str]]) -> list[str]:
+        raise RuntimeError("the policy's table went away")
+
+    got = _claim_and_start_together(ids, start)
+    for claim in got:
+        assert claim is not None
+        assert isinstance(claim.started, RuntimeError)
+    # The claims stand: each turn's run reports its failed start and ends the turn.
+    assert set(Turn.objects.filter(pk__in=ids).values_list("status", flat=True)) == {"running"}
+
+
+def test_a_start_whose_asker_left_while_it_was_made_is_handed_to_abandoned(
+    owner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (turn_id,) = _queued_turns(owner, 1)
+    abandoned: list[str] = []
+
+    async def scenario() -> None:
+        gate = asyncio.Event()
+        real_db = claims.db
+
+        def gated_db(fn: Any, **_: Any) -> Any:
+            async def call(**kwargs: Any) -> Any:
+                await gate.wait()
+                return await real_db(fn)(**kwargs)
+
+            return call
+
+        monkeypatch.setattr(claims, "db", gated_db)
+        claimer = claims.Claimer(
+            start=lambda claimed: [f"provider of {turn.pk}" for turn, _ in claimed],
+            abandoned=abandoned.append,
+        )
+        asker = asyncio.ensure_future(claimer.claim(turn_id, "with"))
+        await asyncio.sleep(0)
+        asker.cancel()  # the turn's task is stopped while the claim's call runs
+        gate.set()
+        for _ in range(500):  # the claim's call and the spread settling, well within 5 s
+            if abandoned:
+                break
+            await asyncio.sleep(0.01)
+
+    async_to_sync(scenario)()
+    assert abandoned == [f"provider of {Turn.objects.get(pk=turn_id).pk}"]

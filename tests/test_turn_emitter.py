@@ -324,6 +324,29 @@ async def test_emit_waits_for_its_append_and_publish(recorder) -> None:
     assert (await emitting)["seq"] == 1
 
 
+async def test_emit_soon_queues_its_event_first_and_close_waits_for_its_outcome(
+    recorder,
+) -> None:
+    recorder.append = recorder.publish = "pending"
+    emitter = emitter_for(recorder, coalesce_seconds=60)
+    emitter.delta(text="held")  # waiting for the window: it goes out before the status
+    event = emitter.emit_soon("turn.status", status="running")
+    emitter.delta(text="after")  # the next window's
+    assert event["seq"] == 2
+    assert [(e["type"], e.get("text")) for e in recorder.events()] == [
+        ("delta", "held"),
+        ("turn.status", None),
+    ]
+    closing = asyncio.create_task(emitter.close())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not closing.done()  # nobody awaited the status: close does
+    recorder.resolve_pending()
+    await closing
+    assert [e.get("text") for e in recorder.events()] == ["held", None, "after"]
+    assert_appended_then_published_gaplessly(recorder, first_seq=1)
+
+
 async def test_close_sends_held_deltas_and_waits_for_those_in_flight(recorder) -> None:
     recorder.append = recorder.publish = "pending"
     emitter = emitter_for(recorder, coalesce_seconds=60)

@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 
 from openworker.runtime.agent import engine
 from openworker.runtime.agent.tools.registry import default_registry
-from openworker.runtime.store import gather, leases
+from openworker.runtime.store import claims, gather, leases
 from openworker.runtime.turns import commands, runner
 from providers.edge.matrix import curated_matrix
 from sessions.models import CompactionSettings, Session
@@ -39,16 +39,17 @@ def _queued_turn(owner: Any, fake: Any, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def _counting_hops(monkeypatch: pytest.MonkeyPatch, into: list[str]) -> None:
-    """Record the name of every database call the engine makes: its own, and the one the
-    turns starting together share (`starts`, through `gather`)."""
-    for module in (engine, gather):
-        real_db = module.db if module is gather else module._db
+    """Record the name of every database call the engine makes: its own, and the ones the
+    turns starting or ending together share (the claim and start through `claims`, the
+    commits through `gather`)."""
+    for module, name in ((engine, "_db"), (gather, "db"), (claims, "db")):
+        real_db = getattr(module, name)
 
         def counting_db(fn: Any, _real: Any = real_db, **kwargs: Any) -> Any:
             into.append(getattr(fn, "__name__", repr(fn)))
             return _real(fn, **kwargs)
 
-        monkeypatch.setattr(module, "db" if module is gather else "_db", counting_db)
+        monkeypatch.setattr(module, name, counting_db)
 
 
 def test_a_one_step_turn_is_ten_statements_in_two_database_hops(
@@ -80,19 +81,20 @@ def test_a_one_step_turn_is_ten_statements_in_two_database_hops(
         "INSERT",  # ... the message
         "UPDATE",  # ... the turn's totals and final status
     ], [q["sql"][:90] for q in queries.captured_queries]
-    # The policy, the router, the path and the compaction state are one call, shared
-    # with the turns starting at the same moment; the request of a text history is built
-    # on the loop (no hop); the commit is one call shared with the turns ending at the
-    # same moment (the claim is the claimer's).
-    assert hops == ["turns_start", "turn_step_commits"], hops
+    # The claim, the policy, the router, the path and the compaction state are one call,
+    # shared with the turns starting at the same moment; the request of a text history
+    # is built on the loop (no hop); the commit is one call shared with the turns ending
+    # at the same moment.
+    assert hops == ["turns_claim_and_start", "turn_step_commits"], hops
 
 
-def test_the_session_tools_are_read_in_the_start_call_after_the_lease_is_held(
+def test_the_session_tools_are_read_in_the_claims_call_before_the_lease_is_held(
     owner: Any, anthropic_fake: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The claim starts the lease's clock: a burst's starts queue on the database thread,
-    # and a start that read its tools before holding the lease could wait past
-    # LEASE_SECONDS and be interrupted by the sweeper while it streamed.
+    # The claim starts the lease's clock: a burst's calls queue on the database thread,
+    # and a start read in a call of its own could wait there past LEASE_SECONDS and be
+    # interrupted by the sweeper while it streamed. Read in the claim's own call, nothing
+    # queues between the claim and the hold that follows it.
     turn_id = _queued_turn(owner, anthropic_fake, monkeypatch)
     events: list[str] = []
     real_hold = leases.LeaseKeeper.hold
@@ -106,7 +108,7 @@ def test_the_session_tools_are_read_in_the_start_call_after_the_lease_is_held(
     with CaptureQueriesContext(connection) as queries:
         async_to_sync(engine.run_turn)(turn_id)
 
-    assert events == ["hold", "turns_start", "turn_step_commits"], events
-    # The tools' one query (the session's MCP servers: none) is in the start's call.
+    assert events == ["turns_claim_and_start", "hold", "turn_step_commits"], events
+    # The tools' one query (the session's MCP servers: none) is in the claim's call.
     sql = [q["sql"] for q in queries.captured_queries]
     assert any("mcp" in q.lower() for q in sql), sql

@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 
 from openworker.runtime.agent import compactor, engine, starts
 from openworker.runtime.agent.tools.mcp import session_registry
-from openworker.runtime.store import gather, turn_state
+from openworker.runtime.store import claims, gather, turn_state
 from providers.edge.matrix import curated_matrix
 from providers.edge.model_policy import ModelRefused, model_decide_for_user_id
 from providers.edge.models import MatrixModel, ProviderProfile
@@ -266,16 +266,19 @@ def test_a_batchs_askers_are_woken_a_few_per_loop_iteration_in_order() -> None:
 # --- the engine ------------------------------------------------------------------------
 
 
-def test_turns_starting_together_share_their_start_calls_and_all_answer(
+def test_turns_starting_together_share_their_claim_and_start_calls_and_all_answer(
     anthropic_fake: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sizes = run_a_burst_counting(
         anthropic_fake,
         monkeypatch,
         owner_of_gatherer=engine,
-        name="starter",
-        call=starts.turns_start,
-        max_batch=starts.MAX_BATCH,
+        name="claim_starter",
+        call=starts.turns_start_claimed,
+        max_batch=claims.MAX_BATCH,
+        make=lambda counting: claims.loop_claimers(
+            lambda: claims.Claimer(start=counting, abandoned=starts.abandon_start)
+        ),
     )
     assert sum(sizes) == burst.TURNS and len(sizes) < burst.TURNS, sizes
 

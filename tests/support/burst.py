@@ -30,11 +30,12 @@ def run_a_burst_counting(
     name: str,
     call: Callable[[list[Any]], list[Any]],
     max_batch: int,
+    make: Callable[[Callable[[list[Any]], list[Any]]], Any] | None = None,
 ) -> list[int]:
     """`TURNS` users send at once and their turns run together, with
-    `owner_of_gatherer.<name>` (a `gather.PerLoop`) replaced by one over `call` that
-    records each batch's size; every turn must complete with its own reply. Returns the
-    batch sizes."""
+    `owner_of_gatherer.<name>` (a `gather.PerLoop`, or what `make` builds over a batch
+    function) replaced by one over `call` that records each batch's size; every turn
+    must complete with its own reply. Returns the batch sizes."""
     pairs = users_with_a_session(TURNS, fake.base_url, prefix="burst", model=MODEL)
     for index in range(TURNS):
         fake.push(Reply(text(f"Reply {index}.")))
@@ -49,7 +50,10 @@ def run_a_burst_counting(
         sizes.append(len(asks))
         return call(asks)
 
-    counted = gather.PerLoop(lambda: gather.Gatherer(counting, max_batch=max_batch))
+    if make is None:
+        counted = gather.PerLoop(lambda: gather.Gatherer(counting, max_batch=max_batch))
+    else:
+        counted = make(counting)
     monkeypatch.setattr(owner_of_gatherer, name, counted)
 
     async def together() -> None:

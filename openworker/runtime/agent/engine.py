@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -32,7 +32,13 @@ from openworker.runtime.agent import titles
 from openworker.runtime.agent.compactor import SettingsAndState, maybe_compact
 from openworker.runtime.agent.degradation import degradation_note
 from openworker.runtime.agent.llm import router_for_user
-from openworker.runtime.agent.starts import ProviderFactory, StartAsk, starter
+from openworker.runtime.agent.starts import (
+    ProviderFactory,
+    Started,
+    StartWith,
+    abandon_start,
+    claim_starter,
+)
 from openworker.runtime.agent.tools.base import ToolContext, ToolResult
 from openworker.runtime.agent.tools.fetch_url import tool_outbound_policy
 from openworker.runtime.agent.tools.registry import ToolRegistry
@@ -40,7 +46,6 @@ from openworker.runtime.live import events
 from openworker.runtime.live.emitter import TurnEmitter
 from openworker.runtime.live.replay import get_replay_buffer
 from openworker.runtime.store import dbretry, step_commits, turn_state
-from openworker.runtime.store.claims import claimer
 from openworker.runtime.store.dbcall import db as _db
 from openworker.runtime.store.leases import Lease, lease_keeper
 from openworker.runtime.store.local_cancel import register_local, unregister_local
@@ -91,23 +96,37 @@ async def run_turn(
     goes to a waiting turn without waiting for the title call)."""
     # Every database call of this turn queues by the turn's arrival (priority_pool).
     call_priority.set(next_arrival())
-    # Claimed together with the other turns starting now (one database call for a burst).
-    claimed = await claimer().claim(turn_id)
-    if claimed is None:
-        logger.info("turn %s not claimable (already running or finished)", turn_id)
-        return
-    turn, me = claimed.turn, claimed.worker
     # The model policy is checked against keys only when the router resolves them: an
     # injected provider (tests, benchmarks) brings its own credentials.
-    injected = provider_factory is not None
-    if provider_factory is None:
-        provider_factory = router_for_user
-    # The session's tools are read after the lease is held (`_TurnRun.run`): the claim
-    # started the lease's clock, and a burst's starts queue on the database thread.
-    run = _TurnRun(turn, me, provider_factory, tools)
-    run.check_own_key = not injected
+    start_with = StartWith(
+        read_tools=tools is None, check_own_key=provider_factory is None, factory=provider_factory
+    )
+    # The turn's last event number is read from its replay buffer while the claim's call
+    # runs: a turn of a wave waited for the two one after the other on a busy loop.
+    last_seq = asyncio.ensure_future(get_replay_buffer().last_seq(str(turn_id)))
+    try:
+        # Claimed and started together with the other turns starting now: one database
+        # call for a burst, which also reads what the first model call needs (`starts`).
+        claimed = await claim_starter().claim(turn_id, start_with)
+    except BaseException:
+        _drop(last_seq)
+        raise
+    if claimed is None:
+        _drop(last_seq)
+        logger.info("turn %s not claimable (already running or finished)", turn_id)
+        return
+    run = _TurnRun(claimed.turn, claimed.worker, provider_factory or router_for_user, tools)
+    run.check_own_key = start_with.check_own_key
+    run.started = claimed.started
+    run.last_seq = last_seq
     run.on_final = on_final
     await run.run()
+
+
+def _drop(read: asyncio.Future[Any]) -> None:
+    """A read no longer wanted: cancelled, or its failure taken (never logged as lost)."""
+    read.cancel()
+    read.add_done_callback(lambda done: done.cancelled() or done.exception())
 
 
 class _TurnRun:
@@ -152,6 +171,11 @@ class _TurnRun:
         # settings and state for that path (later steps read their own).
         self.first_path: list[Message] | None = None
         self.first_compaction: SettingsAndState | None = None
+        # What the claim's call read for the start (`starts.Started`), or the exception
+        # it raised (`ModelRefused`: the policy refused the turn's model).
+        self.started: Started | Exception | None = None
+        # The replay buffer's last event number for this turn, read as it was claimed.
+        self.last_seq: Awaitable[int] | None = None
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -172,13 +196,14 @@ class _TurnRun:
         )
         buffer = get_replay_buffer()
         try:
-            start_seq = await buffer.last_seq(self.turn_id)
+            start_seq = await (self.last_seq or buffer.last_seq(self.turn_id))
         except Exception:
             logger.warning("replay buffer unavailable for turn %s", self.turn_id, exc_info=True)
             start_seq = 0
         except BaseException:
             keeper.release(self.turn_id)
             unregister_local(self.turn_id)
+            self._abandon_start()
             raise
         self.emitter = TurnEmitter(
             session_id=str(self.session.pk),
@@ -190,15 +215,15 @@ class _TurnRun:
         status = Turn.Status.FAILED
         provider: ProviderClient | None = None
         try:
-            await self.emitter.emit(
-                "turn.status", status=Turn.Status.RUNNING, model=self.turn.model
-            )
+            # Not waited for: the model call's request goes out at once, and what the
+            # turn sends next is queued after this status.
+            self.emitter.emit_soon("turn.status", status=Turn.Status.RUNNING, model=self.turn.model)
             # The one model policy, before any model call of the turn (a send, a retry,
             # an imported session's model): refused, the turn fails saying why. Decided
             # once per turn, with the router, the session's tools and the first call's
             # path in one database call shared with the turns starting now (`starts`).
             try:
-                provider = await self._start()
+                provider = self._start()
             except ModelRefused as exc:
                 status = Turn.Status.FAILED
                 await self._finish(status, "model_refused", str(exc))
@@ -222,6 +247,9 @@ class _TurnRun:
             logger.exception("turn %s crashed", self.turn_id)
             await self._finish(Turn.Status.FAILED, "internal", "Something went wrong on our side.")
         finally:
+            if provider is None and isinstance(self.started, Started):
+                provider = self.started.provider  # the run ended before its start
+                self.started = None
             if provider is not None:
                 try:
                     await provider.aclose()
@@ -262,24 +290,27 @@ class _TurnRun:
         self.timed_out = True
         self.cancel.cancel()
 
-    async def _start(self) -> ProviderClient:
+    def _start(self) -> ProviderClient:
         """The turn's tools when none were given and its provider, once the model policy
         allows the turn's model (ModelRefused when not): one router for the turn and its
-        title, built over the owner's profiles."""
-        started = await starter().ask(
-            StartAsk(
-                turn=self.turn,
-                read_tools=not self.tools_given,
-                check_own_key=self.check_own_key,
-                factory=None if self.provider_factory is router_for_user else self.provider_factory,
-            )
-        )
+        title, built over the owner's profiles (read in the claim's call, `starts`)."""
+        started, self.started = self.started, None
+        if isinstance(started, Exception):
+            raise started
+        if started is None:
+            raise RuntimeError("the turn was claimed without its start")
         if started.tools is not None:
             self.tools = started.tools
         self.org_keys = started.decision.org_keys
         self.allowed[self.turn.model] = True
         self.first_path, self.first_compaction = started.path, started.compaction
         return started.provider
+
+    def _abandon_start(self) -> None:
+        """The run ends before taking its start: the provider built for it is closed."""
+        started, self.started = self.started, None
+        if isinstance(started, Started):
+            abandon_start(started)
 
     async def _may_also_use(self, model: str) -> bool:
         """Whether a side call (title, compaction summary) may use `model` on this turn's

@@ -6,11 +6,15 @@ settings and state. Read turn by turn that was five statements and four trips to
 worker's one database thread per turn, and at K = 200 the last turns' starts queued there
 for two seconds after their claims (docs/PERFORMANCE.md, session 10): under load each
 statement also waits to take the GIL back from the streaming loop. Here the turns starting
-together (`gather.Gatherer`: those that ask while a call runs go in the next one) read all
-of it in one call: one query for the sessions' MCP choices, one per model for the policy,
-one for every owner's profiles and the organisation's (each decrypted once), one walk for
-every path and one for the compaction settings and states. Each turn's provider is built
+together (those that ask while a call runs go in the next one) read all of it in one
+call: one query for the sessions' MCP choices, one per model for the policy, one for
+every owner's profiles and the organisation's (each decrypted once), one walk for every
+path and one for the compaction settings and states. Each turn's provider is built
 last, once every read is done, so a failed read leaves no connection open.
+
+The engine's turns make these reads in the call that claims them (`claim_starter`,
+`claims.Claimer`): a turn of a wave no longer waits in the database thread's queue a
+second time between its claim and its start.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from openworker.runtime.agent.compactor import SettingsAndState, load_settings_a
 from openworker.runtime.agent.llm import router_for_user
 from openworker.runtime.agent.tools.mcp import session_registries
 from openworker.runtime.agent.tools.registry import ToolRegistry
-from openworker.runtime.store.gather import Gatherer, PerLoop
+from openworker.runtime.store.claims import Claimer, loop_claimers
 from providers.base import ProviderClient
 from providers.edge.matrix import curated_matrix
 from providers.edge.model_policy import ModelDecision, ModelRefused, model_decide_many
@@ -38,6 +42,13 @@ ProviderFactory = Callable[[int], ProviderClient]
 
 # Turns per start call: the path walk's seeds and the IN lists stay small statements.
 MAX_BATCH = 100
+# Turns per claim-and-start call (`claim_starter`). Smaller than a claim's batch: such a
+# call holds the database thread, and the GIL most of that time, for about a millisecond
+# per turn, and a wave's claims behind it wait. At K = 1000 with 500 places, batches of
+# 100 made the streams' p99 worse than separate claim and start calls in three paired
+# runs out of three; batches of 25 halved the start and gave a lower p99 in two runs of
+# four, equal in one (docs/PERFORMANCE.md, session 19).
+CLAIM_START_BATCH = 25
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,15 @@ class StartAsk:
     check_own_key: bool
     # None: the owner's router over their profiles; else the caller's factory (tests and
     # benchmarks), called with the owner's id.
+    factory: ProviderFactory | None = None
+
+
+@dataclass(frozen=True)
+class StartWith:
+    """What a turn's start needs besides the turn, given when it asks for its claim."""
+
+    read_tools: bool
+    check_own_key: bool
     factory: ProviderFactory | None = None
 
 
@@ -114,6 +134,17 @@ def turns_start(asks: list[StartAsk]) -> list[Started | Exception]:
     return out
 
 
+def turns_start_claimed(claimed: list[tuple[Turn, StartWith]]) -> list[Started | Exception]:
+    """`turns_start` of turns just claimed, with what their askers gave (runs on the
+    database thread, in the claim's call)."""
+    return turns_start(
+        [
+            StartAsk(turn, start.read_tools, start.check_own_key, start.factory)
+            for turn, start in claimed
+        ]
+    )
+
+
 def _decisions(asks: list[StartAsk], owners: list[int]) -> list[ModelDecision]:
     """The model policy's decisions in order: one query per model for each setting of the
     own-key check in the batch (in practice one)."""
@@ -128,7 +159,7 @@ def _decisions(asks: list[StartAsk], owners: list[int]) -> list[ModelDecision]:
     return [decision for decision in decisions if decision is not None]
 
 
-def _abandoned(started: Started) -> None:
+def abandon_start(started: Started) -> None:
     """A start whose turn left while it was read (cancelled): close its provider."""
     task = asyncio.get_running_loop().create_task(_close(started.provider))
     _closing.add(task)
@@ -144,7 +175,9 @@ async def _close(provider: ProviderClient) -> None:
 
 _closing: set[asyncio.Task[None]] = set()
 
-# The running event loop's gatherer of turn starts: `starter().ask(...)`.
-starter: PerLoop[StartAsk, Started] = PerLoop(
-    lambda: Gatherer(turns_start, max_batch=MAX_BATCH, abandoned=_abandoned)
+# The running event loop's claimer that starts what it claims, in the same database call:
+# `claim_starter().claim(turn_id, StartWith(...))`, the answer's `started` being the
+# turn's `Started` or the exception its start raised.
+claim_starter = loop_claimers(
+    lambda: Claimer(start=turns_start_claimed, abandoned=abandon_start, max_batch=CLAIM_START_BATCH)
 )

@@ -170,6 +170,15 @@ class TurnEmitter:
         await self._wait_repair()
         return event
 
+    def emit_soon(self, type_: str, **fields: Any) -> dict[str, Any]:
+        """`emit` without waiting for the outcome (logged, and waited for by `close`):
+        for an event nothing needs confirmed before going on, as a turn's `running`
+        status before its model call. Order is kept all the same: what is sent after
+        is numbered and queued after it."""
+        self.flush_now()
+        event, _stored, _published = self._send(type_, fields, unawaited=True)
+        return event
+
     async def _wait_repair(self) -> None:
         repair = self._repair
         if repair is None:
