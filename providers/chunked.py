@@ -8,7 +8,10 @@ bytes from that chunk's size line on, so h11 reads the end of the message itself
 (trailers, end of message) and the connection goes back to the pool as before.
 
 Framing errors are h11's own `RemoteProtocolError`, which the transport maps as any
-other broken stream.
+other broken stream. The payload that came before an error in the same read is handed
+over first and the error raised after it (`check`, or the next `feed`), as h11 does with
+its events: a stream whose last good event and broken frame arrived together keeps that
+event, and it is not retried as a stream that had given nothing.
 """
 
 from __future__ import annotations
@@ -30,9 +33,26 @@ class ChunkedDecoder:
         self._remaining = 0  # payload bytes left in the current chunk
         self._crlf = b""  # what is left of the CRLF closing the current chunk
         self.rest: bytes | None = None
+        # A framing error found after payload of the same read: raised once that is out.
+        self._error: h11.RemoteProtocolError | None = None
+
+    def check(self) -> None:
+        """Raise the framing error found after the payload `feed` last returned."""
+        if self._error is not None:
+            raise self._error
 
     def feed(self, data: bytes) -> list[bytes]:
+        self.check()
         pieces: list[bytes] = []
+        try:
+            return self._feed(data, pieces)
+        except h11.RemoteProtocolError as error:
+            if not pieces:
+                raise
+            self._error = error
+            return pieces
+
+    def _feed(self, data: bytes, pieces: list[bytes]) -> list[bytes]:
         if self._line:  # a size line began in an earlier read (its CRLF may be split too)
             data, self._line = self._line + data, b""
         position = 0

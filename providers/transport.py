@@ -523,6 +523,7 @@ class Transport:
                                 )
                             for piece in decoder.feed(data):
                                 yield piece
+                            decoder.check()  # a broken frame after them
                         state.receive_data(decoder.rest)
                         event = state.next_event()
                         continue

@@ -218,3 +218,13 @@ def test_a_start_whose_asker_left_while_it_was_made_is_handed_to_abandoned(
 
     async_to_sync(scenario)()
     assert abandoned == [f"provider of {Turn.objects.get(pk=turn_id).pk}"]
+
+
+def test_a_starting_claimer_refuses_a_claim_without_its_start_and_a_plain_one_with_one() -> None:
+    async def scenario() -> None:
+        with pytest.raises(ValueError):
+            await claims.Claimer(start=lambda claimed: []).claim("turn")
+        with pytest.raises(ValueError):
+            await claims.Claimer().claim("turn", "with")
+
+    asyncio.run(scenario())

@@ -59,9 +59,20 @@ def test_an_illegal_size_line_is_h11s_protocol_error(body: bytes):
         ChunkedDecoder().feed(body)
 
 
-def test_a_chunk_not_closed_by_crlf_is_a_protocol_error():
+def test_a_chunk_not_closed_by_crlf_is_a_protocol_error_after_its_payload():
+    decoder = ChunkedDecoder()
+    assert decoder.feed(b"3\r\nabcXY") == [b"abc"]
     with pytest.raises(h11.RemoteProtocolError, match="footer"):
-        ChunkedDecoder().feed(b"3\r\nabcXY")
+        decoder.check()
+
+
+def test_payload_read_together_with_a_broken_frame_is_handed_over_before_the_error():
+    decoder = ChunkedDecoder()
+    assert decoder.feed(framed([b"event one"]) + b"zz\r\nnot a chunk\r\n") == [b"event one"]
+    with pytest.raises(h11.RemoteProtocolError, match="chunk header"):
+        decoder.check()
+    with pytest.raises(h11.RemoteProtocolError, match="chunk header"):
+        decoder.feed(b"more")  # nothing is decoded past the error
 
 
 def test_a_size_line_that_never_ends_is_refused():

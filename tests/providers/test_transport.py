@@ -566,6 +566,24 @@ def test_a_malformed_chunk_header_is_a_stream_error(h1_upstream):
         next(events)
 
 
+def test_an_event_read_together_with_a_broken_frame_is_delivered_and_not_retried(h1_upstream):
+    def step(handler, upstream):
+        start_stream(handler)
+        # One write, so one read: the good event's chunk and the broken one after it.
+        handler.wfile.write(f"{len(EVENT_1):x}\r\n".encode() + EVENT_1 + b"\r\nzz\r\nxx\r\n")
+        handler.wfile.flush()
+        handler.close_connection = True
+
+    upstream = h1_upstream(step, step, step)
+    transport, waits = make_transport()
+    events = stream_sse(transport, upstream.url, headers=HEADERS, body={}, model="m")
+    assert next(events).event == "message_start"
+    with pytest.raises(StreamError, match="chunk header"):
+        next(events)
+    assert upstream.attempts == 1
+    assert waits == []
+
+
 def test_nothing_is_retried_after_the_first_event(h1_upstream):
     upstream = h1_upstream(stream_then(EVENT_1, "cut"), stream(EVENT_1, EVENT_2))
     transport, waits = make_transport()

@@ -100,6 +100,9 @@ class Claimer:
         """Claim the queued turn `turn_id` for this process: None when it is not queued
         (someone else has it, or it is finished). `start_with` goes to the claimer's
         `start` with the claimed turn."""
+        if (self._start is None) != (start_with is None):
+            # One asker's missing start would fail its whole batch's starts.
+            raise ValueError("a starting claimer needs start_with, and only it takes one")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Claim | None] = loop.create_future()
         asked = self._asked.setdefault(
