@@ -196,7 +196,3 @@ def loop_claimers(make: Callable[[], Claimer]) -> Callable[[], Claimer]:
         return found
 
     return get
-
-
-# The running event loop's plain claimer (claims only).
-claimer = loop_claimers(Claimer)
