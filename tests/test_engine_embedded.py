@@ -303,6 +303,38 @@ async def test_the_first_exchange_titles_the_session_and_the_page_is_told(owner,
     assert session.title == "Capital of France"
 
 
+async def test_a_titles_database_calls_queue_behind_every_turns_calls(
+    owner, fake, settings, monkeypatch
+):
+    # The turn gave its place back before its title: the title's save must not go before
+    # the claims of the turns that take the places (a wave's titles did, at K = 1000).
+    from openworker.runtime.agent import engine
+    from openworker.runtime.store import priority_pool
+
+    settings.AUTO_TITLE = False
+    asked_at: list[int] = []
+    write_gathered = engine.dbretry.write_gathered
+
+    async def recording(gatherer, ask, *, name):  # type: ignore[no-untyped-def]
+        if name == "session_title_save":
+            asked_at.append(priority_pool.call_priority.get())
+        return await write_gathered(gatherer, ask, name=name)
+
+    monkeypatch.setattr(engine.dbretry, "write_gathered", recording)
+    fake.push(Reply(text("Paris is the capital.")))
+    session = await make_session(owner, fake)
+    ws = await open_socket(owner, session)
+    await ws.send_json_to({"type": "send", "text": "What is the capital of France?"})
+    await read_until_status(ws)
+    event = await ws.receive_json_from(timeout=10)
+    while event["type"] != "session.title":
+        event = await ws.receive_json_from(timeout=10)
+    await ws.disconnect()
+    assert len(asked_at) == 1
+    later_turn = priority_pool.next_arrival()
+    assert asked_at[0] > priority_pool.AFTER_EVERY_TURN > later_turn
+
+
 async def test_a_title_save_that_meets_a_locked_database_is_retried_not_a_crash(
     owner, fake, settings, monkeypatch, caplog
 ):

@@ -107,6 +107,60 @@ def test_claims_asked_while_a_claim_runs_go_together_in_the_next_call(
     assert got[0].worker != got[1].worker  # type: ignore[union-attr]
 
 
+def test_a_full_batch_asked_while_a_claim_runs_goes_out_at_once_in_a_second_call(
+    owner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A wave's starts arrive faster than one call at a time claims them: a full batch
+    # does not wait for the call in flight, a partial one does, and no more than
+    # MAX_CALLS_IN_FLIGHT calls run at once.
+    ids = _queued_turns(owner, 8)
+    batches: list[list[str]] = []
+    in_flight: list[int] = []
+
+    async def scenario() -> list[claims.Claim | None]:
+        gate = asyncio.Event()
+        running = 0
+
+        def gated_db(fn: Any, **_: Any) -> Any:
+            async def call(**kwargs: Any) -> Any:
+                nonlocal running
+                batches.append([str(i) for i in kwargs["turn_ids"]])
+                running += 1
+                in_flight.append(running)
+                try:
+                    await gate.wait()
+                    return await sync_to_async(fn)(**kwargs)
+                finally:
+                    running -= 1
+
+            return call
+
+        monkeypatch.setattr(claims, "db", gated_db)
+        claimer = claims.Claimer(max_batch=2)
+        first = asyncio.ensure_future(claimer.claim(ids[0]))
+        while not batches:
+            await asyncio.sleep(0)
+        # One more: a partial batch, it waits for the call in flight.
+        second = asyncio.ensure_future(claimer.claim(ids[1]))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert batches == [ids[:1]]
+        # A full batch: a second call goes out while the first still runs; the rest wait.
+        rest = [asyncio.ensure_future(claimer.claim(turn_id)) for turn_id in ids[2:]]
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert batches == [ids[:1], ids[1:3]]
+        gate.set()
+        return list(await asyncio.gather(first, second, *rest))
+
+    got = async_to_sync(scenario)()
+    assert sorted(turn for batch in batches for turn in batch) == sorted(ids)
+    assert max(in_flight) == claims.MAX_CALLS_IN_FLIGHT == 2
+    assert all(len(batch) <= 2 for batch in batches)
+    assert all(claim is not None for claim in got)
+    assert len({claim.worker for claim in got if claim}) == len(batches)
+
+
 def test_a_failed_claim_call_fails_every_start_that_waited_on_it(
     owner: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -49,7 +49,7 @@ from openworker.runtime.store import dbretry, step_commits, turn_state
 from openworker.runtime.store.dbcall import db as _db
 from openworker.runtime.store.leases import Lease, lease_keeper
 from openworker.runtime.store.local_cancel import register_local, unregister_local
-from openworker.runtime.store.priority_pool import call_priority, next_arrival
+from openworker.runtime.store.priority_pool import AFTER_EVERY_TURN, call_priority, next_arrival
 from providers.base import ProviderClient
 from providers.cancel import CancelToken
 from providers.edge.model_policy import ModelRefused, model_decide_for_user_id
@@ -333,6 +333,9 @@ class _TurnRun:
         request = titles.title_request_for(self.session, self.exchange)
         if request is None:
             return
+        # The turn gave its place back: its title's database calls wait behind the turns
+        # still starting and streaming (a wave's titles went before its successors' claims).
+        call_priority.set(AFTER_EVERY_TURN + call_priority.get())
         title = ""
         if settings.AUTO_TITLE and await self._may_also_use(request.model):
             title = await titles.atitle_from_model(request, provider)

@@ -10,7 +10,8 @@ arrived, the calls let turn 1 reach its first token, then turn 2, and so on: the
 spread out, and the first turns wait less.
 
 The order is a context variable (`call_priority`): `run_turn` sets it once, every call the
-turn makes carries it, and a call from anywhere else runs first (priority 0).
+turn makes carries it, and a call from anywhere else runs first (priority 0). A turn's
+title, made after it gave its place back, queues behind every turn (`AFTER_EVERY_TURN`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ from typing import Any
 
 call_priority: contextvars.ContextVar[int] = contextvars.ContextVar("call_priority", default=0)
 _arrivals = itertools.count(1)
+
+
+# Work that holds up nobody (a new session's title, saved after its turn gave its place
+# back) queues behind every turn's calls: past any arrival number.
+AFTER_EVERY_TURN = 1 << 62
 
 
 def next_arrival() -> int:
