@@ -161,6 +161,54 @@ def test_a_full_batch_asked_while_a_claim_runs_goes_out_at_once_in_a_second_call
     assert len({claim.worker for claim in got if claim}) == len(batches)
 
 
+def test_a_claim_asked_after_the_first_call_ended_is_made_while_a_second_call_runs(
+    owner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The call that takes every ask ends (nothing left) while a second call, for a full
+    # batch, still runs; a lone claim asked then must still be made, not wait for another
+    # full batch that may never come (a wave's last turns waited forever).
+    ids = _queued_turns(owner, 4)
+    gates: list[asyncio.Event] = []
+    batches: list[list[str]] = []
+
+    async def scenario() -> claims.Claim | None:
+        def gated_db(fn: Any, **_: Any) -> Any:
+            async def call(**kwargs: Any) -> Any:
+                gate = asyncio.Event()
+                gates.append(gate)
+                batches.append([str(i) for i in kwargs["turn_ids"]])
+                await gate.wait()
+                return await sync_to_async(fn)(**kwargs)
+
+            return call
+
+        monkeypatch.setattr(claims, "db", gated_db)
+        claimer = claims.Claimer(max_batch=2)
+        first = asyncio.ensure_future(claimer.claim(ids[0]))
+        while len(gates) < 1:
+            await asyncio.sleep(0)
+        pair = [asyncio.ensure_future(claimer.claim(turn_id)) for turn_id in ids[1:3]]
+        while len(gates) < 2:
+            await asyncio.sleep(0)
+        gates[0].set()  # the first call ends; nothing else is asked: its drain ends
+        assert await first is not None
+        lone = asyncio.ensure_future(claimer.claim(ids[3]))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        for gate in gates:  # the second call ends too
+            gate.set()
+        assert all(await asyncio.gather(*pair))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        for gate in gates:
+            gate.set()
+        return await asyncio.wait_for(lone, 5)
+
+    got = async_to_sync(scenario)()
+    assert got is not None and str(got.turn.pk) == ids[3]
+    assert batches == [ids[:1], ids[1:3], ids[3:]]
+
+
 def test_a_failed_claim_call_fails_every_start_that_waited_on_it(
     owner: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -97,7 +97,8 @@ class Claimer:
         max_batch: int = MAX_BATCH,
     ) -> None:
         self._asked: dict[str, _Asked] = {}
-        self._drainers: set[asyncio.Task[None]] = set()
+        self._leader: asyncio.Task[None] | None = None
+        self._helpers: set[asyncio.Task[None]] = set()
         self._start = start
         self._abandoned = abandoned
         self._max_batch = max_batch
@@ -115,18 +116,19 @@ class Claimer:
             str(turn_id), _Asked(priority=call_priority.get(), start_with=start_with)
         )
         asked.futures.append(future)
-        if not self._drainers or (
-            len(self._asked) >= self._max_batch and len(self._drainers) < MAX_CALLS_IN_FLIGHT
-        ):
-            drainer = loop.create_task(self._drain(first=not self._drainers))
-            self._drainers.add(drainer)
-            drainer.add_done_callback(self._drainers.discard)
+        if self._leader is None or self._leader.done():
+            self._leader = loop.create_task(self._drain(lead=True))
+        elif len(self._asked) >= self._max_batch:
+            self._helpers = {helper for helper in self._helpers if not helper.done()}
+            if len(self._helpers) < MAX_CALLS_IN_FLIGHT - 1:
+                self._helpers.add(loop.create_task(self._drain(lead=False)))
         return await future
 
-    async def _drain(self, *, first: bool) -> None:
-        # The first drainer takes whatever is asked; another one only full batches (a
-        # wave's starts arriving faster than one call at a time claims them).
-        while self._asked and (first or len(self._asked) >= self._max_batch):
+    async def _drain(self, *, lead: bool) -> None:
+        # The leader takes whatever is asked until nothing is, so every ask is answered
+        # while it runs (and one made after it ended starts another). A helper only takes
+        # full batches: a wave's starts arriving faster than one call at a time claims.
+        while self._asked and (lead or len(self._asked) >= self._max_batch):
             ids = list(self._asked)[: self._max_batch]
             batch = {turn_id: self._asked.pop(turn_id) for turn_id in ids}
             call_priority.set(min(asked.priority for asked in batch.values()))
