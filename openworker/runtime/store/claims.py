@@ -44,12 +44,6 @@ logger = logging.getLogger(__name__)
 
 # Turns per claim call: the UPDATE's IN list and the read-back stay small statements.
 MAX_BATCH = 100
-# Claim calls of one loop in flight at once: a second one goes out while a full batch
-# waits. One at a time, a wave's claims (25 turns a call, each call queued behind the
-# ending turns' commits and then behind the busy loop) fell behind its places: at K =
-# 1000 with 500 places, turns admitted at 200 a second were claimed at about 150, each
-# holding its place idle for up to 0.7 s (docs/PERFORMANCE.md, session 20).
-MAX_CALLS_IN_FLIGHT = 2
 
 _HOSTNAME = socket.gethostname()
 
@@ -97,8 +91,7 @@ class Claimer:
         max_batch: int = MAX_BATCH,
     ) -> None:
         self._asked: dict[str, _Asked] = {}
-        self._leader: asyncio.Task[None] | None = None
-        self._helpers: set[asyncio.Task[None]] = set()
+        self._draining: asyncio.Task[None] | None = None
         self._start = start
         self._abandoned = abandoned
         self._max_batch = max_batch
@@ -116,19 +109,12 @@ class Claimer:
             str(turn_id), _Asked(priority=call_priority.get(), start_with=start_with)
         )
         asked.futures.append(future)
-        if self._leader is None or self._leader.done():
-            self._leader = loop.create_task(self._drain(lead=True))
-        elif len(self._asked) >= self._max_batch:
-            self._helpers = {helper for helper in self._helpers if not helper.done()}
-            if len(self._helpers) < MAX_CALLS_IN_FLIGHT - 1:
-                self._helpers.add(loop.create_task(self._drain(lead=False)))
+        if self._draining is None or self._draining.done():
+            self._draining = loop.create_task(self._drain())
         return await future
 
-    async def _drain(self, *, lead: bool) -> None:
-        # The leader takes whatever is asked until nothing is, so every ask is answered
-        # while it runs (and one made after it ended starts another). A helper only takes
-        # full batches: a wave's starts arriving faster than one call at a time claims.
-        while self._asked and (lead or len(self._asked) >= self._max_batch):
+    async def _drain(self) -> None:
+        while self._asked:
             ids = list(self._asked)[: self._max_batch]
             batch = {turn_id: self._asked.pop(turn_id) for turn_id in ids}
             call_priority.set(min(asked.priority for asked in batch.values()))
