@@ -20,6 +20,7 @@ from django.conf import settings
 from openworker.runtime.live import events, redis_batch, replay
 from openworker.runtime.live.emitter import (
     BACKLOG_ROOM,
+    LAG_WIDENING,
     LOAD_PROBE_SECONDS,
     MAX_COALESCE_SECONDS,
     LoopLoad,
@@ -256,8 +257,9 @@ async def test_the_window_widens_with_the_loops_lateness_and_the_redis_backlog(
 ) -> None:
     load = LoopLoad()
     assert load.window(0.04) == 0.04  # room: the configured window
-    load.lag = 0.02
-    assert load.window(0.04) == pytest.approx(0.08)
+    load.lag = 0.03
+    assert 0.03 * LAG_WIDENING > 0.04
+    assert load.window(0.04) == pytest.approx(0.03 * LAG_WIDENING)
     load.lag = 5.0
     assert load.window(0.04) == MAX_COALESCE_SECONDS  # never wider than this
     load.lag = 0.0

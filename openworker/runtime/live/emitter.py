@@ -57,9 +57,12 @@ TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "interrupted"
 MAX_COALESCE_SECONDS = 0.1
 # The loop's lateness is probed this often while turns stream (20 wake-ups a second).
 LOAD_PROBE_SECONDS = 0.05
-# A loop running this late widens the window to LAG_WIDENING times its lateness: a loop
-# 25 ms behind sends a frame per 100 ms, 60 ms behind the widest.
-LAG_WIDENING = 4.0
+# A loop running late widens the window to LAG_WIDENING times its lateness: a loop 25 ms
+# behind sends a frame per 50 ms, 50 ms behind the widest. At four times, a loop 25 ms
+# behind already held every token up to 100 ms: at K = 1000 with 500 places, two times
+# sent about a tenth more frames and gave p99 151 against 177 ms, lower in five paired
+# runs of six (docs/PERFORMANCE.md, session 20).
+LAG_WIDENING = 2.0
 # Commands waiting behind a Redis round trip before the window widens, and how much per
 # as many again: a few hundred is one pipeline's worth (redis_batch.MAX_BATCH).
 BACKLOG_ROOM = 256
