@@ -53,6 +53,19 @@ async def make_session(owner, fake) -> Session:
     return await Session.objects.acreate(owner=owner, model=MODEL)
 
 
+async def ask_and_read_title(owner, session, text: str) -> tuple[list[dict], dict]:
+    """Send `text` in `session`, read the turn to its end and on to the session's title:
+    (the turn's events, the `session.title` event)."""
+    ws = await open_socket(owner, session)
+    await ws.send_json_to({"type": "send", "text": text})
+    events = await read_until_status(ws)
+    event = await ws.receive_json_from(timeout=10)
+    while event["type"] != "session.title":
+        event = await ws.receive_json_from(timeout=10)
+    await ws.disconnect()
+    return events, event
+
+
 async def test_a_two_step_tool_turn_streams_in_order_and_is_persisted(owner, fake):
     fake.push(
         Reply(text("Let me look. "), tool_call("list_files", {}), usage(input=100, output=20)),
@@ -291,13 +304,7 @@ async def test_the_first_exchange_titles_the_session_and_the_page_is_told(owner,
     settings.AUTO_TITLE = True
     fake.push(Reply(text("Paris is the capital.")), Reply(text("Title: Capital of France.")))
     session = await make_session(owner, fake)
-    ws = await open_socket(owner, session)
-    await ws.send_json_to({"type": "send", "text": "What is the capital of France?"})
-    await read_until_status(ws)
-    event = await ws.receive_json_from(timeout=10)
-    while event["type"] != "session.title":
-        event = await ws.receive_json_from(timeout=10)
-    await ws.disconnect()
+    _, event = await ask_and_read_title(owner, session, "What is the capital of France?")
     assert event["title"] == "Capital of France"
     await session.arefresh_from_db()
     assert session.title == "Capital of France"
@@ -323,13 +330,7 @@ async def test_a_titles_database_calls_queue_behind_every_turns_calls(
     monkeypatch.setattr(engine.dbretry, "write_gathered", recording)
     fake.push(Reply(text("Paris is the capital.")))
     session = await make_session(owner, fake)
-    ws = await open_socket(owner, session)
-    await ws.send_json_to({"type": "send", "text": "What is the capital of France?"})
-    await read_until_status(ws)
-    event = await ws.receive_json_from(timeout=10)
-    while event["type"] != "session.title":
-        event = await ws.receive_json_from(timeout=10)
-    await ws.disconnect()
+    await ask_and_read_title(owner, session, "What is the capital of France?")
     assert len(asked_at) == 1
     later_turn = priority_pool.next_arrival()
     assert asked_at[0] > priority_pool.AFTER_EVERY_TURN > later_turn
@@ -354,13 +355,7 @@ async def test_a_title_save_that_meets_a_locked_database_is_retried_not_a_crash(
     monkeypatch.setattr(services, "session_title_save", locked_once)
     fake.push(Reply(text("Paris is the capital.")))
     session = await make_session(owner, fake)
-    ws = await open_socket(owner, session)
-    await ws.send_json_to({"type": "send", "text": "What is the capital of France?"})
-    events = await read_until_status(ws)
-    event = await ws.receive_json_from(timeout=10)
-    while event["type"] != "session.title":
-        event = await ws.receive_json_from(timeout=10)
-    await ws.disconnect()
+    events, event = await ask_and_read_title(owner, session, "What is the capital of France?")
     assert events[-1]["status"] == "completed"
     assert event["title"] == "What is the capital of France?"
     assert len(calls) == 2
