@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import heapq
 import json
 import math
 import re
@@ -308,6 +309,7 @@ class StampingUpstream:
         # Validation, usage estimates and rendering; never started as a server itself.
         self.fake = AnthropicMessagesFake(script=Script(default=reply))
         self.base_url = ""
+        self.pacer = _Pacer()
 
     async def serve(self, ready: Callable[[str], None]) -> None:
         server = await asyncio.start_server(
@@ -345,14 +347,15 @@ class StampingUpstream:
         body = json.loads(raw) if raw else None
         request = RecordedRequest(method, path, headers, body, raw)
         reply = _within_max_tokens(self.reply, body)
-        renderer = _StampingRenderer(MessagesRenderer(self.fake, request, reply))
+        renderer = MessagesRenderer(self.fake, request, reply)
         if not (isinstance(body, dict) and body.get("stream")):
+            stamping = _StampingRenderer(renderer)
             for step in reply.steps:
                 if isinstance(step, Pause):
                     await asyncio.sleep(step.seconds)
                 else:
-                    renderer.step_events(step)
-            payload = json.dumps(renderer.message()).encode()
+                    stamping.step_events(step)
+            payload = json.dumps(stamping.message()).encode()
             writer.write(
                 b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
                 + f"content-length: {len(payload)}\r\n\r\n".encode()
@@ -360,23 +363,15 @@ class StampingUpstream:
             )
             await writer.drain()
             return True
-        writer.write(
+        head = (
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
             b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n"
             + f"request-id: req_{secrets.token_hex(12)}\r\n\r\n".encode()
         )
-        _write_events(writer, renderer.start_events())
-        for step in reply.steps:
-            if isinstance(step, Pause):
-                await writer.drain()
-                await asyncio.sleep(step.seconds)
-            else:
-                # Rendered (stamped) and written in one go: the stamp is the write time.
-                _write_events(writer, renderer.step_events(step))
-        _write_events(writer, renderer.finish_events())
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
-        return True
+        stream = _Stream(writer.transport, _rendered_ticks(renderer, reply, head))
+        self.pacer.start(stream)
+        await stream.done
+        return not writer.transport.is_closing()
 
 
 def _within_max_tokens(reply: Reply, body: Any) -> Reply:
@@ -397,12 +392,128 @@ def _within_max_tokens(reply: Reply, body: Any) -> Reply:
     return Reply(*steps, delay=reply.delay, stop="max_tokens")
 
 
-def _write_events(writer: asyncio.StreamWriter, events: list[Event]) -> None:
-    """One chunk per event, like the threaded fake (and the real API)."""
+# A tick: the pause before it, then its events' SSE frames, each split at the stamp
+# (`(before, after)`, or `(frame, None)` for a frame without one).
+Tick = tuple[float, list[tuple[bytes, bytes | None]]]
+
+
+def _rendered_ticks(renderer: MessagesRenderer, reply: Reply, head: bytes) -> list[Tick]:
+    """The whole streamed reply rendered once, up front, by the fake's own renderer: what
+    is left per token is the stamp and a write. The stamp's placeholder goes through the
+    renderer untouched (one token is one delta piece) and is filled at write time."""
+    ticks: list[Tick] = [(0.0, [(head, None)])]
+    ticks[0][1].extend(_frames(renderer.start_events()))
+    for step in reply.steps:
+        if isinstance(step, Pause):
+            ticks.append((step.seconds, []))
+        else:
+            ticks[-1][1].extend(_frames(renderer.step_events(step)))
+    ticks[-1][1].extend(_frames(renderer.finish_events()))
+    ticks[-1][1].append((b"0\r\n\r\n", None))
+    return ticks
+
+
+def _frames(events: list[Event]) -> list[tuple[bytes, bytes | None]]:
+    """One chunk per event, like the threaded fake (and the real API); the chunk's size
+    line is written with the stamp (`_Stream.write_tick`)."""
+    frames: list[tuple[bytes, bytes | None]] = []
     for name, data in events:
         payload = data if isinstance(data, str) else compact_json.dumps(data)
         frame = ((f"event: {name}\n" if name else "") + f"data: {payload}\n\n").encode()
-        writer.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
+        before, stamp, after = frame.partition(STAMP.encode())
+        frames.append((before, after) if stamp else (_chunk(frame), None))
+    return frames
+
+
+def _chunk(frame: bytes) -> bytes:
+    return f"{len(frame):x}\r\n".encode() + frame + b"\r\n"
+
+
+@dataclass(eq=False)
+class _Stream:
+    """One streamed reply being written: its transport, its ticks, the next one due."""
+
+    transport: asyncio.BaseTransport
+    ticks: list[Tick]
+    next: int = 0
+    done: asyncio.Future[None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    def write_tick(self) -> None:
+        """Write the next tick, each stamp taken right before its bytes go out."""
+        out: list[bytes] = []
+        for before, after in self.ticks[self.next][1]:
+            if after is None:
+                out.append(before)
+            else:
+                frame = before + str(now_us()).encode() + after
+                out.append(_chunk(frame))
+        self.transport.write(b"".join(out))  # type: ignore[attr-defined]
+        self.next += 1
+
+    def finish(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+class _Pacer:
+    """Every reply's next tick on one timer, not a sleeping task per stream: at 500
+    streams of 20 tokens a second, a task's wake-up, sleep and drain per token were most
+    of this process's CPU, which the box under test paid. A wake-up writes every tick due
+    within `GRAIN` of it (each stamped when written); a stream's next tick is due its
+    pause after the later of this write and its own due time, so no stream runs fast."""
+
+    GRAIN = 0.002
+    # A stream whose client reads slower than this much buffered waits (back-pressure).
+    HIGH_WATER = 256 * 1024
+    RETRY = 0.01
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, _Stream]] = []
+        self._order = 0
+        self._handle: asyncio.TimerHandle | None = None
+        self._wake_at = math.inf
+
+    def start(self, stream: _Stream) -> None:
+        self._push(asyncio.get_running_loop().time(), stream)
+        self._wake(self._heap[0][0])
+
+    def _push(self, due: float, stream: _Stream) -> None:
+        self._order += 1
+        heapq.heappush(self._heap, (due, self._order, stream))
+
+    def _wake(self, at: float) -> None:
+        """Wake at `at` unless already due to wake before."""
+        if at < self._wake_at:
+            if self._handle is not None:
+                self._handle.cancel()
+            self._wake_at = at
+            self._handle = asyncio.get_running_loop().call_at(at, self._run)
+
+    def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._handle, self._wake_at = None, math.inf
+        horizon = loop.time() + self.GRAIN
+        again: list[tuple[float, _Stream]] = []
+        while self._heap and self._heap[0][0] <= horizon:
+            due, _, stream = heapq.heappop(self._heap)
+            transport = stream.transport
+            if transport.is_closing():
+                stream.finish()
+                continue
+            if transport.get_write_buffer_size() > self.HIGH_WATER:  # type: ignore[attr-defined]
+                again.append((loop.time() + self.RETRY, stream))
+                continue
+            stream.write_tick()
+            if stream.next == len(stream.ticks):
+                stream.finish()
+                continue
+            again.append((max(due, loop.time()) + stream.ticks[stream.next][0], stream))
+        for due, stream in again:
+            self._push(due, stream)
+        if self._heap:
+            self._wake(self._heap[0][0])
 
 
 def run_on_serving_loop(coro: Coroutine[Any, Any, T]) -> T:
