@@ -11,8 +11,9 @@ Run from the repository root (PostgreSQL on 127.0.0.1:5432 as `postgres`, Redis 
   per turn);
 - per K in (10, 50, 200): a Daphne process, a Celery worker (threads pool, concurrency
   K plus headroom), K users each with one session and a provider profile pointing at the
-  upstream (made through the ORM), and K websocket clients in this process (asyncio
-  `websockets`) that each send one message and read until the turn settles.
+  upstream (made through the ORM), and K websocket clients in this process (picows:
+  each frame read in a callback, no task woken per frame) that each send one message
+  and read until the turn settles.
 
 `--daphnes N` and `--workers M` start that many of each (the clients are spread over the
 Daphnes round robin, as a load balancer would); the table adds each kind's µs of CPU per
@@ -55,6 +56,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from picows import (
+    WSCloseCode,
+    WSError,
+    WSFrame,
+    WSListener,
+    WSMsgType,
+    WSTransport,
+    ws_connect,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -255,78 +266,140 @@ def child_pid(marker: str) -> int:
 # -- clients ------------------------------------------------------------------------------
 
 
+class PageSocket(WSListener):
+    """One page's socket, read in picows's frame callback: no task wakes per frame.
+
+    The bench's clients stand in for a thousand browsers, each on a machine of its own,
+    yet share this box with what they measure. On the `websockets` library (a task woken
+    and a Python frame parser per message) they took 50-80 µs of CPU per frame, about a
+    tenth of the box at K = 1000, and their loop's lateness counted in every token.
+    """
+
+    def __init__(self, result: ClientResult) -> None:
+        loop = asyncio.get_running_loop()
+        self.result = result
+        self.hello: asyncio.Future[None] = loop.create_future()
+        self.settled: asyncio.Future[None] = loop.create_future()
+        self.last_frame_at = time.monotonic()
+        self._parts: list[bytes] = []
+
+    def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
+        received = now_us()
+        self.last_frame_at = time.monotonic()
+        kind = frame.msg_type
+        if kind == WSMsgType.CLOSE:
+            self.settle("closed", f"closed by the server ({frame.get_close_code()})")
+            if not transport.is_close_frame_sent:
+                transport.send_close(frame.get_close_code())
+            transport.disconnect()
+            return
+        if kind not in (WSMsgType.TEXT, WSMsgType.CONTINUATION):
+            return  # pings are answered by picows; nothing else is sent to a page
+        if not frame.fin or self._parts:
+            self._parts.append(frame.get_payload_as_bytes())
+            if not frame.fin:
+                return
+            raw: bytes | str = b"".join(self._parts)
+            self._parts.clear()
+        else:
+            raw = frame.get_payload_as_utf8_text()
+        self._on_event(json.loads(raw), received)
+
+    def _on_event(self, event: dict[str, Any], received: int) -> None:
+        result = self.result
+        result.frames += 1
+        kind = event.get("type")
+        if not self.hello.done():
+            if kind != "hello":
+                self.hello.set_exception(AssertionError(f"the first frame was {event}"))
+            else:
+                self.hello.set_result(None)
+            return
+        if event.get("turn") and not result.turn_id:
+            result.turn_id = event["turn"]
+        if kind == "delta" and event.get("text"):
+            result.streamed.append(event["text"])
+            if not result.first_token_at:
+                result.first_token_at = time.monotonic()
+            for index, emitted in parse_tokens(event["text"]):
+                result.indices.append(index)
+                result.latencies_ms.append((received - emitted) / 1000)
+                result.emitted_us.append(emitted)
+        elif kind == "turn.queued":
+            result.places.append(int(event.get("position", 0)))
+        elif kind == "error":
+            self.settle("refused", event.get("error", ""))
+        elif kind == "turn.status" and event.get("status") in TERMINAL:
+            self.settle(event["status"], event.get("error"))
+
+    def on_ws_disconnected(self, transport: WSTransport) -> None:
+        if not self.hello.done():
+            self.hello.set_exception(ConnectionError("closed before its hello"))
+        self.settle("closed", "the connection closed before the turn settled")
+
+    def settle(self, status: str, error: str | None) -> None:
+        if self.settled.done():
+            return
+        self.result.status = status
+        if error:
+            self.result.errors.append(error)
+        self.result.done_at = time.monotonic()
+        self.settled.set_result(None)
+
+
 async def websocket_client(
     base: str, session_id: str, cookie: str, gate: asyncio.Semaphore, go: asyncio.Event,
     ready: list[int],
 ) -> ClientResult:  # fmt: skip
-
     result = ClientResult()
     url = base.replace("http://", "ws://") + f"/ws/sessions/{session_id}/"
     headers = {"Cookie": cookie, "Origin": base}
     async with gate:
-        ws = await _connect(url, headers)
-    async with ws:
-        hello = json.loads(await asyncio.wait_for(ws.recv(), 30))
-        assert hello["type"] == "hello", hello
+        transport, socket = await _connect(url, headers, result)
+    try:
+        await asyncio.wait_for(asyncio.shield(socket.hello), 30)
         ready.append(1)
         await go.wait()
         result.sent_at = time.monotonic()
-        await ws.send(json.dumps({"type": "send", "text": "stream, please"}))
-        deadline = time.monotonic() + TURN_TIMEOUT_SECONDS
-        while True:
-            wait = min(TURN_SILENCE_SECONDS, deadline - time.monotonic())
-            try:
-                # A timeout around the await, not `wait_for`: that runs each receive as a
-                # task of its own, a tenth of the client's CPU per frame.
-                async with asyncio.timeout(max(0.1, wait)):
-                    raw = await ws.recv()
-            except TimeoutError:
-                result.status = "timeout"
-                result.errors.append(
+        transport.send(
+            WSMsgType.TEXT, json.dumps({"type": "send", "text": "stream, please"}).encode()
+        )
+        deadline = result.sent_at + TURN_TIMEOUT_SECONDS
+        # Woken when the turn settles, or to look for a hang: no timer per frame.
+        while not socket.settled.done():
+            now = time.monotonic()
+            quiet_until = socket.last_frame_at + TURN_SILENCE_SECONDS
+            if now >= min(quiet_until, deadline):
+                socket.settle(
+                    "timeout",
                     f"silent for {TURN_SILENCE_SECONDS:g} s or not settled within "
-                    f"{TURN_TIMEOUT_SECONDS:g} s"
+                    f"{TURN_TIMEOUT_SECONDS:g} s",
                 )
                 break
-            received = now_us()
-            result.frames += 1
-            event = json.loads(raw)
-            kind = event.get("type")
-            if event.get("turn") and not result.turn_id:
-                result.turn_id = event["turn"]
-            if kind == "delta" and event.get("text"):
-                result.streamed.append(event["text"])
-                if not result.first_token_at:
-                    result.first_token_at = time.monotonic()
-                for index, emitted in parse_tokens(event["text"]):
-                    result.indices.append(index)
-                    result.latencies_ms.append((received - emitted) / 1000)
-                    result.emitted_us.append(emitted)
-            elif kind == "turn.queued":
-                result.places.append(int(event.get("position", 0)))
-            elif kind == "error":
-                result.errors.append(event.get("error", ""))
-                result.status = "refused"
-                break
-            elif kind == "turn.status" and event.get("status") in TERMINAL:
-                result.status = event["status"]
-                if event.get("error"):
-                    result.errors.append(event["error"])
-                break
-        result.done_at = time.monotonic()
+            await asyncio.wait([socket.settled], timeout=min(quiet_until, deadline) - now)
+    finally:
+        if not transport.is_close_frame_sent:
+            transport.send_close(WSCloseCode.OK)
+        transport.disconnect()
     return result
 
 
-async def _connect(url: str, headers: dict[str, str]) -> Any:
+async def _connect(
+    url: str, headers: dict[str, str], result: ClientResult
+) -> tuple[WSTransport, PageSocket]:
     """Open a websocket, trying again (as the page's socket does) when Daphne dropped the
     handshake: on a loaded machine it closes handshakes it could not finish within its
     connect timeout."""
-    from websockets.asyncio.client import connect
-    from websockets.exceptions import InvalidMessage
-
     for attempt in range(CONNECT_ATTEMPTS):
         try:
-            return await connect(url, additional_headers=headers, open_timeout=30)
-        except (InvalidMessage, OSError):
+            transport, socket = await ws_connect(
+                lambda: PageSocket(result),
+                url,
+                extra_headers=headers,
+                websocket_handshake_timeout=30,
+            )
+            return transport, socket  # type: ignore[return-value]
+        except (WSError, OSError, TimeoutError):
             if attempt == CONNECT_ATTEMPTS - 1:
                 raise
             await asyncio.sleep(min(0.5 * 2**attempt, 5.0))
