@@ -306,6 +306,8 @@ class PageSocket(WSListener):
         self._on_event(json.loads(raw), received)
 
     def _on_event(self, event: dict[str, Any], received: int) -> None:
+        if self.settled.done():
+            return  # read as far as the turn's end, as a page's turn view does
         result = self.result
         result.frames += 1
         kind = event.get("type")
