@@ -29,7 +29,7 @@ from django.conf import settings  # noqa: E402
 from django.http.request import split_domain_port, validate_host  # noqa: E402
 from django.utils.http import is_same_domain  # noqa: E402
 
-from openworker import gc_tuning  # noqa: E402
+from openworker import gc_tuning, thread_switching  # noqa: E402
 from openworker.runtime.agent.llm import warm_for_serving  # noqa: E402
 from openworker.runtime.turns import watchdog  # noqa: E402
 from openworker.runtime.turns.runner import embedded_runner  # noqa: E402
@@ -133,3 +133,4 @@ if not settings.DISTRIBUTED:
     warm_for_serving()  # turns run in this process (embedded mode)
 # Everything above is start-up: keep the collector from walking it again.
 gc_tuning.tune_for_serving()
+thread_switching.tune_for_serving()  # the loop waits less for the GIL

@@ -12,6 +12,7 @@ from typing import Any
 from celery import shared_task
 from celery.signals import worker_ready, worker_shutdown
 
+from openworker import thread_switching
 from openworker.gc_tuning import tune_for_serving
 from openworker.runtime.agent.llm import warm_for_serving
 from openworker.runtime.agent.tools import mcp_pool
@@ -58,6 +59,7 @@ async def _run_each(turn_ids: list[str]) -> None:
 def _ready_to_serve(**_: Any) -> None:
     warm_for_serving()
     tune_for_serving()  # after the warm-up: what it built is frozen too
+    thread_switching.tune_for_serving()
 
 
 @worker_shutdown.connect
