@@ -26,8 +26,11 @@ directly, without Daphne, Redis or the worker. Each turn's time to first token (
 first delta on its socket) is printed too, and after the table, per K, when the last send
 was committed and the last turn claimed, counted from the first send's commit (from the
 database the run wrote): a burst's first token waits on the later of the two (Daphne's
-sends, the worker's starts). Prints one table; the target is the
-largest K: p99 added latency <= 50 ms and no token lost. Exits non-zero on a MISS.
+sends, the worker's starts). Prints one table, a row per run, then each K against its
+target (`TARGETS`, issue 26: K = 200 p99 <= 30 ms and first token p99 <= 3 s, K = 500 p99
+<= 50 ms, K = 1000 p99 <= 150 ms and first token p99 <= 10 s, K = 2000 any latency;
+any other K p99 <= 50 ms; every K every turn completed, no token lost or duplicated), on
+the medians of its runs (`--runs N` runs every K N times). Exits non-zero on a MISS.
 Stops every process it started, on success, error or Ctrl-C. About two minutes.
 
 `--mode embedded` measures `make run`'s configuration instead: one Daphne process on a
@@ -44,10 +47,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -93,6 +98,25 @@ REDIS_URL = "redis://127.0.0.1:6379/14"
 TARGET_P99_MS = 50.0
 # Embedded mode: one process does the web, the turns and the database (issue 27).
 TARGET_P99_MS_EMBEDDED = 100.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one K must show, judged on the medians of its runs (`--runs`). Every K must
+    also complete every turn and lose and duplicate no token, in every run."""
+
+    p99_ms: float | None  # None: any latency (overload: slower, never incomplete)
+    first_token_p99_ms: float | None = None
+
+
+# Issue 26 (distributed mode, one box): the overload targets by K. Any other K is held to
+# the streaming path's first target, p99 <= TARGET_P99_MS.
+TARGETS = {
+    200: Target(30.0, 3_000.0),
+    500: Target(50.0),
+    1000: Target(150.0, 10_000.0),
+    2000: Target(None),
+}
 # Worker threads beyond one per turn: the `default` queue's small tasks share the pool.
 WORKER_HEADROOM = 8
 # Websocket handshakes opened at once: Daphne's listen backlog is small, and a burst of
@@ -235,6 +259,9 @@ def flush_redis(redis_url: str) -> None:
     client.close()
 
 
+_SESSION_BATCHES = itertools.count(1)
+
+
 def make_sessions(k: int, upstream: str) -> list[tuple[str, str]]:
     """K users, each with a provider profile and one session: [(session id, cookie)]."""
     from django.contrib.auth import get_user_model
@@ -243,9 +270,10 @@ def make_sessions(k: int, upstream: str) -> list[tuple[str, str]]:
     from tests.support.chat import point_provider_at, session_cookie
 
     users = get_user_model().objects
+    batch = next(_SESSION_BATCHES)  # `--runs`: the same K again gets users of its own
     out = []
     for index in range(k):
-        user = users.create_user(f"bench-{k}-{index}", password=None)
+        user = users.create_user(f"bench-{k}-{batch}-{index}", password=None)
         point_provider_at(user, "anthropic", upstream)
         session = Session.objects.create(owner=user, model=MODEL)
         out.append((str(session.pk), session_cookie(user)))
@@ -750,23 +778,77 @@ def report(results: list[RunResult], mode: str = "distributed") -> bool:
         problems = Counter(e for c in r.clients for e in c.errors)
         for message, count in problems.most_common(3):
             print(f"K={r.k}: {count} x {message}")
-    top = max(results, key=lambda r: r.k)
-    p99 = percentile(top.latencies, 99)
-    target = TARGET_P99_MS_EMBEDDED if embedded else TARGET_P99_MS
-    ok = p99 <= target and top.lost == 0 and top.completed == top.k
-    summary = (
-        f"\nTarget (K={top.k}): p99 added latency <= {target:.0f} ms "
-        f"(got {p99:.1f}), zero lost (got {top.lost}), all turns completed "
-        f"({top.completed}/{top.k})"
-    )
+    by_k: dict[int, list[RunResult]] = {}
+    for r in results:
+        by_k.setdefault(r.k, []).append(r)
     if embedded:
-        # Every K, not only the largest: a lock error or a lost write is never acceptable.
-        locks = sum(r.lock_errors or 0 for r in results)
-        mismatched = sum(r.reply_mismatches or 0 for r in results)
-        ok = ok and locks == 0 and mismatched == 0
-        summary += f", zero lock errors (got {locks}), every stored reply as streamed "
-        summary += f"(got {mismatched} differing)"
-    print(f"{summary}: {verdict(ok)}")
+        return _judge_embedded(by_k)
+    return _judge_by_k(by_k)
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def _judge_by_k(by_k: dict[int, list[RunResult]]) -> bool:
+    """Each K against its target (`TARGETS`), on the medians of its runs: one table, one
+    verdict per K, PASS only if every K passes."""
+    rows = []
+    passed = True
+    for k, runs in by_k.items():
+        target = TARGETS.get(k, Target(TARGET_P99_MS))
+        p99 = _median([percentile(r.latencies, 99) for r in runs])
+        firsts = [percentile(r.first_token_ms, 99) for r in runs if r.first_token_ms]
+        first = _median(firsts)
+        completed = min(r.completed for r in runs)
+        lost = max(r.lost for r in runs)
+        duplicated = max(r.duplicated for r in runs)
+        ok = completed == k and lost == 0 and duplicated == 0
+        if target.p99_ms is not None:
+            ok = ok and p99 <= target.p99_ms
+        if target.first_token_p99_ms is not None:
+            ok = ok and first <= target.first_token_p99_ms
+        passed = passed and ok
+        rows.append([
+            k, len(runs), f"{completed}/{k}", lost, duplicated,
+            p99, "any" if target.p99_ms is None else f"<= {target.p99_ms:g}",
+            first if firsts else "-",
+            "-" if target.first_token_p99_ms is None else f"<= {target.first_token_p99_ms:g}",
+            verdict(ok),
+        ])  # fmt: skip
+    print("\nEach K against its target, on the medians of its runs (completed: the fewest;")
+    print("lost, dup: the most):\n")
+    print_table(
+        [
+            "K", "runs", "completed", "lost", "dup", "p99 ms (median)", "p99 target",
+            "first token p99 ms (median)", "first token target", "verdict",
+        ],
+        rows,
+    )  # fmt: skip
+    print(f"\nEvery K on target: {verdict(passed)}")
+    return passed
+
+
+def _judge_embedded(by_k: dict[int, list[RunResult]]) -> bool:
+    """The largest K: p99 <= TARGET_P99_MS_EMBEDDED (median of its runs), nothing lost,
+    every turn completed; at every K no lock error and every stored reply as streamed."""
+    k = max(by_k)
+    runs = by_k[k]
+    p99 = _median([percentile(r.latencies, 99) for r in runs])
+    lost = max(r.lost for r in runs)
+    completed = min(r.completed for r in runs)
+    ok = p99 <= TARGET_P99_MS_EMBEDDED and lost == 0 and completed == k
+    every = [r for group in by_k.values() for r in group]
+    # Every K, not only the largest: a lock error or a lost write is never acceptable.
+    locks = sum(r.lock_errors or 0 for r in every)
+    mismatched = sum(r.reply_mismatches or 0 for r in every)
+    ok = ok and locks == 0 and mismatched == 0
+    print(
+        f"\nTarget (K={k}): p99 added latency <= {TARGET_P99_MS_EMBEDDED:.0f} ms "
+        f"(got {p99:.1f}), zero lost (got {lost}), all turns completed ({completed}/{k}), "
+        f"zero lock errors (got {locks}), every stored reply as streamed "
+        f"(got {mismatched} differing): {verdict(ok)}"
+    )
     return ok
 
 
@@ -816,6 +898,13 @@ def main() -> int:
         help="embedded: `make run`'s configuration (SQLite, in-memory layer, turns in Daphne)",
     )
     parser.add_argument("--ks", default=",".join(map(str, KS)), help="comma-separated K")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="run every K this many times (the Ks in turn, then again) and judge each K "
+        "on the medians of its runs",
+    )
     parser.add_argument(
         "--tokens",
         type=int,
@@ -881,16 +970,21 @@ def main() -> int:
         from openworker.gc_tuning import tune_for_serving
 
         tune_for_serving()
+        from django.conf import settings
+
         load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
         print(
-            f"stream path: {TOKENS} tokens at {RATE:g}/s per turn, K = {ks}, {shape}, "
-            f"coalescing {os.environ.get('STREAM_COALESCE_SECONDS', '0.04')} s, "
+            f"stream path: {TOKENS} tokens at {RATE:g}/s per turn, K = {ks}"
+            f"{f' x {args.runs} runs' if args.runs > 1 else ''}, {shape}, "
+            f"{settings.TURNS_PER_PROCESS} places and {settings.ADMITS_PER_SECOND:g} starts "
+            f"a second per process, coalescing "
+            f"{os.environ.get('STREAM_COALESCE_SECONDS', '0.04')} s, "
             f"load average before: {load}\n"
         )
         results = []
         started = time.monotonic()
         with upstream_process(TOKENS, RATE) as upstream:
-            for k in ks:
+            for k in ks * args.runs:
                 if args.mode == "embedded":
                     results.append(run_embedded_k(k, upstream, env))
                 else:
