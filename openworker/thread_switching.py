@@ -13,8 +13,8 @@ loop's lateness, and to every token it was about to read.
 One millisecond keeps the loop's wait short; the threads beside it do the same work in
 more, shorter slices. `bench/stream_path.py --ks 1000` (500 places, 200 starts a
 second), six paired runs: p99 added latency median 228 against 272 ms, lower in four,
-the worst run 253 against 331 ms (docs/PERFORMANCE.md, session 22). `OPENWORKER_SWITCH_INTERVAL_SECONDS` sets another
-interval; 0 keeps CPython's.
+the worst run 253 against 331 ms (docs/PERFORMANCE.md, session 22).
+`OPENWORKER_SWITCH_INTERVAL_SECONDS` sets another interval; 0 keeps CPython's.
 """
 
 from __future__ import annotations
