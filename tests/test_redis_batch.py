@@ -128,6 +128,53 @@ async def test_a_dead_server_fails_every_command_of_the_batch_with_a_connection_
     assert len(round_trips) == 2
 
 
+async def test_commands_without_a_future_keep_their_order_and_call_back_only_on_failure(
+    batcher: CommandBatcher, prefix: str
+) -> None:
+    round_trips = recording(batcher)
+    key = f"{prefix}:list"
+    failures: list[BaseException] = []
+    for i in range(3):
+        batcher.submit_nowait(failures.append, "RPUSH", key, i)
+    batcher.submit_nowait(failures.append, "INCR", key)  # WRONGTYPE: a list
+    batcher.submit_nowait(failures.append, "RPUSH", key, 3)
+    await batcher.settled()
+
+    assert [type(failure) for failure in failures] == [ResponseError]
+    # settled() was queued behind them: its PING rode in their round trip.
+    assert [command[0] for command in round_trips[0]] == ["RPUSH"] * 3 + ["INCR", "RPUSH", "PING"]
+    assert await batcher.call("LRANGE", key, 0, -1) == [b"0", b"1", b"2", b"3"]
+
+
+async def test_a_dead_server_calls_back_every_command_without_a_future_and_settles() -> None:
+    batcher = CommandBatcher(f"redis://127.0.0.1:{closed_port()}/0")
+    failures: list[BaseException] = []
+    for i in range(3):
+        batcher.submit_nowait(failures.append, "SET", f"dead:{i}", i)
+    await batcher.settled()  # its own PING failed too, and is not raised
+    assert len(failures) == 3
+    assert all(isinstance(failure, RedisConnectionError) for failure in failures), failures
+
+
+async def test_an_error_callback_that_raises_is_logged_and_the_others_are_still_told(
+    batcher: CommandBatcher, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    word = f"{prefix}:word"
+    await batcher.call("SET", word, "not a number")
+    told: list[BaseException] = []
+
+    def broken(error: BaseException) -> None:
+        raise RuntimeError("a caller's bug")
+
+    batcher.submit_nowait(broken, "INCR", word)
+    batcher.submit_nowait(told.append, "INCR", word)
+    answered = batcher.submit("GET", word)
+    await batcher.settled()
+    assert [type(failure) for failure in told] == [ResponseError]
+    assert await answered == b"not a number"
+    assert "error callback failed" in caplog.text
+
+
 async def test_a_connection_lost_between_batches_is_made_again(batcher: CommandBatcher) -> None:
     assert await batcher.call("PING") == b"PONG"
     assert batcher.pipe._writer is not None

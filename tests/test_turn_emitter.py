@@ -1,21 +1,26 @@
 """`openworker.runtime.live.emitter.TurnEmitter`: one turn's events are numbered, coalesced, put in
 the replay buffer and published, in that order; and `RedisReplayBuffer.append_soon`'s
-TTL renewals. A recording buffer and publish stand in for Redis except in the last,
-distributed, test."""
+TTL renewals. A recording buffer and publish stand in for Redis except in the distributed
+tests at the end: there deltas go out with no future each, `close` waits until Redis has
+them, and a delta's failed append is repaired."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 from channels.layers import get_channel_layer
 from django.conf import settings
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from openworker.runtime.live import events, redis_batch, replay
 from openworker.runtime.live.emitter import (
@@ -424,37 +429,70 @@ async def close_clients(buffer: RedisReplayBuffer) -> None:
     await buffer._client().aclose()
 
 
-@pytest.mark.distributed
-@pytest.mark.usefixtures("require_distributed")
-async def test_a_streamed_turn_is_in_the_buffer_in_order_and_published_in_order() -> None:
+@dataclasses.dataclass
+class LiveTurn:
+    """A turn's emitter on the real buffer and channel layer, with a page listening."""
+
+    emitter: TurnEmitter
+    buffer: RedisReplayBuffer
+    layer: Any
+    channel: str
+    redis: aioredis.Redis
+    key: str
+
+    async def received(self) -> list[dict[str, Any]]:
+        """What the page got, until it is quiet for half a second."""
+        got: list[dict[str, Any]] = []
+        while True:
+            try:
+                message = await asyncio.wait_for(self.layer.receive(self.channel), 0.5)
+            except TimeoutError:
+                return got
+            got.append(message["event"])
+
+
+@contextlib.asynccontextmanager
+async def live_turn(
+    make_buffer: Callable[..., RedisReplayBuffer] = RedisReplayBuffer,
+) -> AsyncIterator[LiveTurn]:
     prefix = f"test-emitter-{uuid.uuid4().hex}"
     session_id, turn_id = uuid.uuid4().hex, uuid.uuid4().hex
-    buffer = RedisReplayBuffer(settings.REDIS_URL, prefix=prefix)
+    buffer = make_buffer(settings.REDIS_URL, prefix=prefix)
     layer = get_channel_layer()
     channel = await layer.new_channel()
     await layer.group_add(events.session_group(session_id), channel)
     redis = aioredis.Redis.from_url(settings.REDIS_URL)
+    key = f"{prefix}:turn:{turn_id}:events"
+    emitter = TurnEmitter(session_id=session_id, turn_id=turn_id, buffer=buffer, coalesce_seconds=0)
     try:
-        emitter = TurnEmitter(
-            session_id=session_id, turn_id=turn_id, buffer=buffer, coalesce_seconds=0
-        )
+        yield LiveTurn(emitter, buffer, layer, channel, redis, key)
+    finally:
+        await layer.group_discard(events.session_group(session_id), channel)
+        await redis.delete(key)
+        await redis.aclose()
+        await close_clients(buffer)
+
+
+@pytest.mark.distributed
+@pytest.mark.usefixtures("require_distributed")
+async def test_a_streamed_turn_is_in_the_buffer_in_order_and_published_in_order() -> None:
+    async with live_turn() as turn:
+        emitter = turn.emitter
         await emitter.emit("turn.status", status="running")
         for n in range(100):
             emitter.delta(text=f"{n} ")
         await emitter.emit("turn.status", status="completed")
         await emitter.close()
 
-        live = [(await asyncio.wait_for(layer.receive(channel), 10))["event"] for _ in range(102)]
+        live = [
+            (await asyncio.wait_for(turn.layer.receive(turn.channel), 10))["event"]
+            for _ in range(102)
+        ]
         assert [e["seq"] for e in live] == list(range(1, 103))
-        assert await buffer.read_after(turn_id, 0) == live
-        assert await buffer.last_seq(turn_id) == 102
-        ttl = await redis.ttl(f"{prefix}:turn:{turn_id}:events")
+        assert await turn.buffer.read_after(emitter.turn_id, 0) == live
+        assert await turn.buffer.last_seq(emitter.turn_id) == 102
+        ttl = await turn.redis.ttl(turn.key)
         assert 0 < ttl <= RUNNING_TTL_SECONDS
-    finally:
-        await layer.group_discard(events.session_group(session_id), channel)
-        await redis.delete(f"{prefix}:turn:{turn_id}:events")
-        await redis.aclose()
-        await close_clients(buffer)
 
 
 @pytest.mark.distributed
@@ -481,3 +519,88 @@ async def test_last_seq_counts_the_appends_queued_before_it_and_finish_shortens_
         await redis.delete(key)
         await redis.aclose()
         await close_clients(buffer)
+
+
+class FailingAppends(RedisReplayBuffer):
+    """The real buffer, whose appends of the `failing` seqs fail as on a lost connection
+    (never sent; the error called back on the loop's next turn), and which counts its
+    rewrites."""
+
+    def __init__(self, url: str, *, prefix: str, failing: set[int]) -> None:
+        super().__init__(url, prefix=prefix)
+        self.failing = failing
+        self.rewrites = 0
+
+    def append_nowait(
+        self, turn_id: str, seq: int, event: dict[str, Any], on_error: Callable[..., None]
+    ) -> None:
+        if seq in self.failing:
+            error = RedisConnectionError("connection lost")
+            asyncio.get_running_loop().call_soon(on_error, error)
+            return
+        super().append_nowait(turn_id, seq, event, on_error)
+
+    async def rewrite(self, turn_id: str, events: list[dict[str, Any]], *, finished: bool) -> None:
+        self.rewrites += 1
+        await super().rewrite(turn_id, events, finished=finished)
+
+
+@pytest.mark.distributed
+@pytest.mark.usefixtures("require_distributed")
+async def test_deltas_go_out_without_a_future_each_and_close_waits_until_redis_has_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    awaited: list[str] = []
+    submit = redis_batch.CommandBatcher.submit
+
+    def submit_watched(self: redis_batch.CommandBatcher, *args: Any) -> Any:
+        awaited.append(args[0])
+        return submit(self, *args)
+
+    monkeypatch.setattr(redis_batch.CommandBatcher, "submit", submit_watched)
+    async with live_turn() as turn:
+        # Every round trip of the buffer's batcher takes a fifth of a second longer.
+        pipe = batcher_for(settings.REDIS_URL).pipe
+        execute = pipe.execute
+
+        async def slow(commands: Any) -> Any:
+            await asyncio.sleep(0.2)
+            return await execute(commands)
+
+        pipe.execute = slow  # type: ignore[method-assign]
+        for n in range(20):
+            turn.emitter.delta(text=f"{n} ")
+        await turn.emitter.close()
+        assert await turn.redis.xlen(turn.key) == 20  # close returned once Redis had them
+        assert "XADD" not in awaited and "PUBLISH" not in awaited
+        live = await turn.received()
+        assert [e["seq"] for e in live] == list(range(1, 21))
+        assert await turn.buffer.read_after(turn.emitter.turn_id, 0) == live
+
+
+@pytest.mark.distributed
+@pytest.mark.usefixtures("require_distributed")
+async def test_a_delta_append_that_fails_without_a_future_is_repaired(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from openworker.runtime.live import emitter as streaming
+
+    monkeypatch.setattr(streaming, "REPAIR_BACKOFF_SECONDS", (0.01, 0.02))
+    async with live_turn(functools.partial(FailingAppends, failing={3})) as turn:
+        emitter, buffer = turn.emitter, turn.buffer
+        assert isinstance(buffer, FailingAppends)
+        await emitter.emit("turn.status", status="running")
+        for n in range(5):
+            emitter.delta(text=f"{n} ")
+            await asyncio.sleep(0)
+        status = await emitter.emit("turn.status", status="completed")
+        await emitter.close()
+
+        stored = await buffer.read_after(emitter.turn_id, 0)
+        assert [e["seq"] for e in stored] == list(range(1, status["seq"] + 1))
+        assert "".join(e.get("text", "") for e in stored) == "0 1 2 3 4 "
+        assert buffer.rewrites == 1
+        live = [e["seq"] for e in await turn.received()]
+        assert live.count(3) == 2  # published again from the first append that failed
+        shown = [seq for i, seq in enumerate(live) if seq > max(live[:i], default=0)]
+        assert shown == list(range(1, status["seq"] + 1))

@@ -32,7 +32,7 @@ import redis.asyncio as aioredis
 from channels.layers import BaseChannelLayer
 
 from openworker.runtime.live.loop_local import LoopLocal
-from openworker.runtime.live.redis_batch import CommandBatcher, on_loop_close
+from openworker.runtime.live.redis_batch import CommandBatcher, OnError, on_loop_close
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +87,11 @@ class _LoopLayer:
 
     def publish(self, redis_channel: str, message: dict[str, Any]) -> asyncio.Future[Any]:
         return self.batcher.submit("PUBLISH", redis_channel, self.pack(message))
+
+    def publish_nowait(
+        self, redis_channel: str, message: dict[str, Any], on_error: OnError
+    ) -> None:
+        self.batcher.submit_nowait(on_error, "PUBLISH", redis_channel, self.pack(message))
 
     def queue(self, channel: str) -> _BoundedQueue:
         queue = self.queues.get(channel)
@@ -284,6 +289,16 @@ class RedisPubSubLayer(BaseChannelLayer):
         result to learn the outcome. No task per message: the streaming hot path."""
         assert isinstance(message, dict), "message is not a dict"
         return self._loop_layer().publish(self._checked_group_key(group), message)
+
+    def group_send_quiet(self, group: str, message: dict[str, Any], on_error: OnError) -> None:
+        """`group_send` queued now (in call order) with no outcome to await: `on_error(error)`
+        if it fails. A streaming worker's deltas; `settled()` waits for them."""
+        assert isinstance(message, dict), "message is not a dict"
+        self._loop_layer().publish_nowait(self._checked_group_key(group), message, on_error)
+
+    async def settled(self) -> None:
+        """Return once every publish this loop queued before has its outcome."""
+        await self._loop_layer().batcher.settled()
 
     async def flush(self) -> None:
         """Drop this loop's subscriptions, queues and connections."""

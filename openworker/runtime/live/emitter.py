@@ -48,6 +48,8 @@ REPAIR_GIVE_UP_SECONDS = 300.0
 EMIT_REPAIR_WAIT_SECONDS = 5.0
 # Repairs outliving their turn's emitter (a task needs a strong reference).
 _REPAIRS: set[asyncio.Task[Any]] = set()
+# Not yet looked up (`TurnEmitter._quiet`).
+_UNKNOWN = object()
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "interrupted"})
 
 # Adaptive coalescing. The widest window: two tokens a frame at 20 tokens/s, and at most
@@ -131,6 +133,11 @@ class TurnEmitter:
     no lock or task is needed per event and order holds by construction. Deltas are not
     awaited at all (a failure is logged; the socket recovers from the buffer); `emit`
     awaits its event's outcome, so a status is sent before the turn's buffer expires.
+
+    Where the buffer and the layer can queue a command with no outcome to await (Redis:
+    `append_nowait`, `events.quiet_publisher`), deltas go out without a future each, and
+    a failure calls back (`_append_failed`, `_publish_failed`); `close` then waits until
+    Redis has answered everything queued before it (`settled`).
     """
 
     def __init__(
@@ -162,14 +169,26 @@ class TurnEmitter:
         self._appends: set[asyncio.Future[Any]] = set()
         self._repair: asyncio.Task[Any] | None = None
         self._missed_from: int | None = None
+        # The buffer's and the layer's sends without a future, or None where either has
+        # none (looked up at the first delta), and how many events went out that way: in
+        # all, and before the last awaited event (whose outcome came after theirs).
+        self._quiet: Any = _UNKNOWN
+        self._quiet_sent = 0
+        self._quiet_settled = 0
 
     async def emit(self, type_: str, **fields: Any) -> dict[str, Any]:
         self.flush_now()
+        held = self._repair is not None
         event, stored, published = self._send(type_, fields)
+        quiet_before = self._quiet_sent
         results = await asyncio.gather(stored, published, return_exceptions=True)
         for what, result in zip(_WHAT, results, strict=True):
             if isinstance(result, BaseException):
                 self._log_failure(what, result)
+        if not held:
+            # Queued on the same connections after them: the quieter sends before this
+            # event have their outcomes too.
+            self._quiet_settled = max(self._quiet_settled, quiet_before)
         await self._wait_repair()
         return event
 
@@ -238,6 +257,12 @@ class TurnEmitter:
         self.flush_now()
         if self._in_flight:
             await asyncio.gather(*self._in_flight, return_exceptions=True)
+        if self._quiet_sent > self._quiet_settled:
+            sent = self._quiet_sent
+            await asyncio.gather(
+                self.buffer.settled(), events.published_settled(), return_exceptions=True
+            )
+            self._quiet_settled = sent
         await self._wait_repair()
 
     def _send(
@@ -258,6 +283,8 @@ class TurnEmitter:
         # The append is queued before the publish. They travel on separate connections, so
         # a publish may still overtake an append: a socket that sees a gap waits for the
         # buffer to catch up (`SessionConsumer._fill_gap`).
+        if unawaited and self._send_quietly(event):
+            return event, None, None
         stored = self._queue(self.buffer.append_soon, self.turn_id, self.seq, event)
         self._appends.add(stored)
         stored.add_done_callback(functools.partial(self._append_done, self.seq, unawaited))
@@ -268,6 +295,35 @@ class TurnEmitter:
             published.add_done_callback(self._published_done)
         return event, stored, published
 
+    def _send_quietly(self, event: dict[str, Any]) -> bool:
+        """Queue an unawaited event's append and publish with no future each, where the
+        buffer and the layer can; False where they cannot."""
+        if self._quiet is _UNKNOWN:
+            append = getattr(self.buffer, "append_nowait", None)
+            publish = events.quiet_publisher()
+            self._quiet = None if append is None or publish is None else (append, publish)
+        if self._quiet is None:
+            return False
+        append, publish = self._quiet
+        seq = event["seq"]
+        self._quiet_sent += 1
+        try:
+            append(self.turn_id, seq, event, functools.partial(self._append_failed, seq))
+        except Exception as exc:  # e.g. no Redis connection could be made
+            self._append_failed(seq, exc)
+        try:
+            publish(self.session_id, event, self._publish_failed)
+        except Exception as exc:
+            self._publish_failed(exc)
+        return True
+
+    def _append_failed(self, seq: int, error: BaseException) -> None:
+        self._log_failure(_WHAT[0], error)
+        self._start_repair(seq)
+
+    def _publish_failed(self, error: BaseException) -> None:
+        self._log_failure(_WHAT[1], error)
+
     def _append_done(self, seq: int, unawaited: bool, future: asyncio.Future[Any]) -> None:
         self._appends.discard(future)
         if unawaited:
@@ -276,6 +332,10 @@ class TurnEmitter:
             return
         if unawaited:
             self._log_failure(_WHAT[0], future.exception())
+        self._start_repair(seq)
+
+    def _start_repair(self, seq: int) -> None:
+        """A failed append of `seq`: repair the buffer from it (or from an earlier failure)."""
         if not hasattr(self.buffer, "rewrite"):
             return  # nothing to repair with: the socket recovers what the buffer has
         self._missed_from = seq if self._missed_from is None else min(self._missed_from, seq)
@@ -295,6 +355,8 @@ class TurnEmitter:
             # Appends queued before the failure land (or fail) before the rewrite.
             while self._appends:
                 await asyncio.gather(*list(self._appends), return_exceptions=True)
+            if self._quiet_sent:
+                await self.buffer.settled()  # type: ignore[attr-defined]
             written = 0
             while True:
                 todo = [e for e in self._history if e["seq"] > written]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import ssl
 import types
 import weakref
@@ -34,6 +35,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, ResponseError
 
 from openworker.runtime.live.loop_local import LoopLocal
+
+logger = logging.getLogger(__name__)
 
 # Bound one pipeline: a burst after a stall goes out in several round trips rather than
 # one huge reply buffer.
@@ -165,10 +168,16 @@ class RespPipe:
                 await writer.wait_closed()
 
 
+# Who learns a command's outcome: the future its caller awaits, or (a command sent with
+# `submit_nowait`) a callback told only of a failure.
+OnError = Callable[[BaseException], None]
+_Pending = tuple[tuple[Any, ...], asyncio.Future[Any] | None, OnError | None]
+
+
 class CommandBatcher:
     def __init__(self, url: str) -> None:
         self.pipe = RespPipe(url)
-        self._pending: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
+        self._pending: list[_Pending] = []
         self._drain_task: asyncio.Task[None] | None = None
         _BATCHERS.add(self)
 
@@ -183,13 +192,28 @@ class CommandBatcher:
         the future resolves with its reply or its error."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._pending.append((args, future))
+        self._pending.append((args, future, None))
         if self._drain_task is None:
             self._drain_task = loop.create_task(self._drain())
         return future
 
+    def submit_nowait(self, on_error: OnError, *args: Any) -> None:
+        """Queue one command whose reply nobody waits for: `on_error(error)` is called if
+        it fails (an error reply, a lost connection). A streaming worker's deltas: a
+        future and its done-callback per command were a twentieth of its CPU
+        (docs/PERFORMANCE.md, session 22). `settled()` waits for such commands."""
+        self._pending.append((args, None, on_error))
+        if self._drain_task is None:
+            self._drain_task = asyncio.get_running_loop().create_task(self._drain())
+
     async def call(self, *args: Any) -> Any:
         return await self.submit(*args)
+
+    async def settled(self) -> None:
+        """Return once every command queued before this call has its outcome (callbacks
+        of the failed ones called): a PING queued behind them, its own outcome ignored."""
+        with contextlib.suppress(Exception):
+            await self.call("PING")
 
     async def _drain(self) -> None:
         try:
@@ -200,29 +224,37 @@ class CommandBatcher:
         finally:
             self._drain_task = None
 
-    async def _send(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
+    async def _send(self, batch: list[_Pending]) -> None:
         try:
-            replies = await self.pipe.execute([args for args, _ in batch])
+            replies = await self.pipe.execute([args for args, _, _ in batch])
         except asyncio.CancelledError:
-            for _, future in batch:
-                if not future.done():
+            for _, future, _ in batch:
+                if future is not None and not future.done():
                     future.cancel()
             raise
         except Exception as exc:  # connection lost (or a bad argument): the batch failed
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
+            for _, future, on_error in batch:
+                _fail(future, on_error, exc)
             return
-        for (_, future), reply in zip(batch, replies, strict=True):
-            if future.done():  # its caller gave up waiting
-                continue
+        for (_, future, on_error), reply in zip(batch, replies, strict=True):
             if isinstance(reply, Exception):
-                future.set_exception(reply)
-            else:
+                _fail(future, on_error, reply)
+            elif future is not None and not future.done():  # not if its caller gave up
                 future.set_result(reply)
 
     async def aclose(self) -> None:
         await self.pipe.aclose()
+
+
+def _fail(future: asyncio.Future[Any] | None, on_error: OnError | None, error: Exception) -> None:
+    if future is not None:
+        if not future.done():
+            future.set_exception(error)
+    elif on_error is not None:
+        try:
+            on_error(error)
+        except Exception:  # one caller's callback must not stop the batch's others
+            logger.exception("a Redis command's error callback failed")
 
 
 # Every batcher of the process, for `backlog()`.

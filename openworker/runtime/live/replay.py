@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from openworker.compact_json import dumps
-from openworker.runtime.live.redis_batch import batcher_for, client_for
+from openworker.runtime.live.redis_batch import OnError, batcher_for, client_for
 
 # Long enough for a user to come back to a tab after the turn ended; the transcript
 # takes over after that.
@@ -45,6 +45,16 @@ class ReplayBuffer(Protocol):
     async def append(self, turn_id: str, seq: int, event: dict[str, Any]) -> None: ...
     def append_soon(self, turn_id: str, seq: int, event: dict[str, Any]) -> Awaitable[Any]:
         """Queue the append now (in call order); await the result for its outcome."""
+        ...
+
+    def append_nowait(
+        self, turn_id: str, seq: int, event: dict[str, Any], on_error: OnError
+    ) -> None:
+        """Queue the append now (in call order); `on_error(error)` if it fails."""
+        ...
+
+    async def settled(self) -> None:
+        """Return once every append queued before has its outcome."""
         ...
 
     async def read_after(self, turn_id: str, after: int) -> list[dict[str, Any]]: ...
@@ -76,6 +86,14 @@ class MemoryReplayBuffer:
         self._append(turn_id, event)
         done.set_result(None)
         return done
+
+    def append_nowait(
+        self, turn_id: str, seq: int, event: dict[str, Any], on_error: OnError
+    ) -> None:
+        self._append(turn_id, event)
+
+    async def settled(self) -> None:
+        return  # every append is done when it returns
 
     async def append(self, turn_id: str, seq: int, event: dict[str, Any]) -> None:
         self._append(turn_id, event)
@@ -119,19 +137,29 @@ class RedisReplayBuffer:
     def _key(self, turn_id: str) -> str:
         return f"{self.prefix}:turn:{turn_id}:events"
 
+    def _commands(self, turn_id: str, seq: int, event: dict[str, Any]) -> list[tuple[Any, ...]]:
+        key = self._key(turn_id)
+        added = ("XADD", key, "MAXLEN", "~", MAX_EVENTS_PER_TURN, f"{seq}-0", "e", dumps(event))
+        if event.get("type") == "delta" and seq % REFRESH_TTL_EVERY != 1:
+            return [added]  # the TTL set a few events ago still has hours to run
+        return [added, ("EXPIRE", key, RUNNING_TTL_SECONDS)]
+
     def append_soon(self, turn_id: str, seq: int, event: dict[str, Any]) -> Awaitable[Any]:
         # Through the loop's batcher: hundreds of turns' appends share round trips, and
         # an append queued before a publish reaches Redis first.
-        key = self._key(turn_id)
-        payload = dumps(event)
         batcher = batcher_for(self.url)
-        added = batcher.submit(
-            "XADD", key, "MAXLEN", "~", MAX_EVENTS_PER_TURN, f"{seq}-0", "e", payload
-        )
-        if event.get("type") == "delta" and seq % REFRESH_TTL_EVERY != 1:
-            return added  # the TTL set a few events ago still has hours to run
-        expiry = batcher.submit("EXPIRE", key, RUNNING_TTL_SECONDS)
-        return asyncio.gather(added, expiry)
+        sent = [batcher.submit(*command) for command in self._commands(turn_id, seq, event)]
+        return sent[0] if len(sent) == 1 else asyncio.gather(*sent)
+
+    def append_nowait(
+        self, turn_id: str, seq: int, event: dict[str, Any], on_error: OnError
+    ) -> None:
+        batcher = batcher_for(self.url)
+        for command in self._commands(turn_id, seq, event):
+            batcher.submit_nowait(on_error, *command)
+
+    async def settled(self) -> None:
+        await batcher_for(self.url).settled()
 
     async def append(self, turn_id: str, seq: int, event: dict[str, Any]) -> None:
         await self.append_soon(turn_id, seq, event)
