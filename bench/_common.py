@@ -51,6 +51,25 @@ TOKEN_RE = re.compile(r"(\d+)@(\d+);")
 UPSTREAM_START_SECONDS = 15
 
 
+def distributed_without_database(redis_url: str) -> None:
+    """Django set up with the distributed settings (the Redis replay buffer and channel
+    layer) on `redis_url`, for a bench that uses no database: one is named (the settings
+    ask for it) and never connected to."""
+    import os
+
+    os.environ["REDIS_URL"] = redis_url
+    os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/openworker_bench")
+    os.environ.setdefault("DEBUG", "0")
+    os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-not-for-production")
+    os.environ.setdefault(
+        "OPENWORKER_ENCRYPTION_KEYS", "dGVzdC1vbmx5LWtleS1ub3QtZm9yLXByb2R1Y3Rpb24="
+    )
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "openworker.settings")
+    import django
+
+    django.setup()
+
+
 def now_us() -> int:
     """Wall clock in microseconds: the one clock every process on this machine shares."""
     return time.time_ns() // 1000

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 import time
@@ -30,27 +29,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._common import distributed_without_database
+
 REDIS_URL = "redis://127.0.0.1:6379/13"
 TURNS = 200
 DELTAS = 200
 RUNS = 5
 WARM_UP_TURNS = 10
-
-
-def _setup(redis_url: str) -> None:
-    """Distributed settings (the Redis replay buffer and channel layer); the database
-    is named but never connected to."""
-    os.environ["REDIS_URL"] = redis_url
-    os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/openworker_bench")
-    os.environ.setdefault("DEBUG", "0")
-    os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-not-for-production")
-    os.environ.setdefault(
-        "OPENWORKER_ENCRYPTION_KEYS", "dGVzdC1vbmx5LWtleS1ub3QtZm9yLXByb2R1Y3Rpb24="
-    )
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "openworker.settings")
-    import django
-
-    django.setup()
 
 
 async def _turn(buffer: Any, turn_id: str, deltas: int) -> None:
@@ -86,7 +71,7 @@ def main() -> int:
     parser.add_argument("--deltas", type=int, default=DELTAS)
     parser.add_argument("--runs", type=int, default=RUNS)
     args = parser.parse_args()
-    _setup(args.redis_url)
+    distributed_without_database(args.redis_url)
     import redis
 
     from openworker.event_loop import new_event_loop

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
 import time
 import uuid
@@ -17,9 +18,10 @@ import pytest
 import redis.asyncio as aioredis
 from channels.layers import get_channel_layer
 from django.conf import settings
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from openworker.health import check_channel_layer
-from openworker.runtime.live import channel_layer
+from openworker.runtime.live import channel_layer, subscription
 from openworker.runtime.live.channel_layer import RedisPubSubLayer
 
 pytestmark = [pytest.mark.distributed, pytest.mark.usefixtures("require_distributed")]
@@ -285,6 +287,43 @@ async def test_flush_drops_every_subscription(layers, prefix: str) -> None:
     fresh = await layer.new_channel()
     await layer.send(fresh, {"type": "after.flush"})
     assert await receive(layer, fresh) == {"type": "after.flush"}
+
+
+async def test_a_lost_pubsub_connection_is_made_again_with_every_channel_subscribed(
+    layers, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(subscription, "RECONNECT_SECONDS", 0.05)
+    monkeypatch.setattr(subscription, "SUBSCRIBE_CHUNK", 2)  # five channels: three writes
+    layer = layers()
+    channels = [await joined(layer, f"room{n}") for n in range(5)]
+    keys = [f"{prefix}:group:room{n}" for n in range(5)]
+    await until_subscribers([1] * 5, *keys)
+
+    pubsub = layer._loop_layer().subscription
+    assert pubsub._writer is not None
+    pubsub._writer.transport.abort()  # as if Redis restarted
+    await until_subscribers([0] * 5, *keys)
+    await until_subscribers([1] * 5, *keys)  # subscribed again, every one
+    for n in range(5):
+        await layer.group_send(f"room{n}", {"type": "after", "n": n})
+    assert [await receive(layer, channel) for channel in channels] == [
+        {"type": "after", "n": n} for n in range(5)
+    ]
+
+
+async def test_listening_while_redis_is_unreachable_fails_and_leaves_nothing_behind() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nothing listens here once the probe closes
+    layer = RedisPubSubLayer(hosts=[f"redis://127.0.0.1:{port}/0"], prefix="unreachable")
+    try:
+        with pytest.raises(RedisConnectionError):
+            await layer.new_channel()
+        loop_layer = layer._loop_layer()
+        assert loop_layer.listeners == {} and loop_layer.joined == {}
+        assert loop_layer.subscription.channels == set()
+    finally:
+        await layer.flush()
 
 
 def test_closing_the_event_loop_closes_its_connections(prefix: str) -> None:

@@ -117,6 +117,26 @@ class RespPipe:
         except (OSError, EOFError) as exc:
             raise RedisConnectionError(f"Redis connection failed: {exc}") from exc
 
+    async def opened(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Any]:
+        """The connection, made if need be (AUTH and SELECT done), and its hiredis reply
+        parser: for a caller that reads replies itself (`subscription.Subscription`).
+        `RedisConnectionError` when it cannot be made."""
+        if self._writer is None:
+            try:
+                await self._connect()
+            except (OSError, EOFError) as exc:
+                self._drop()
+                raise RedisConnectionError(f"Redis connection failed: {exc}") from exc
+            except BaseException:
+                self._drop()
+                raise
+        assert self._reader is not None and self._writer is not None
+        return self._reader, self._writer, self._parser
+
+    def drop(self) -> None:
+        """Close the connection now (the next use makes a new one)."""
+        self._drop()
+
     async def _execute_once(self, payload: bytes, count: int) -> list[Any]:
         try:
             if self._writer is None:
