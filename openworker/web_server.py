@@ -8,7 +8,8 @@ the method, the path, the status and the size, and says a query was there.
 Autobahn (Daphne's websocket protocol) builds the arguments of a debug log line for every
 frame it sends, whether or not debug is logged: three `click.style` calls, about 8 µs a
 frame, 5 % of Daphne's CPU per frame (py-spy, bench/stream_path.py). The web process
-gives it plain versions of those two helpers (`plain_autobahn_log_arguments`).
+gives it plain versions of those two helpers (`plain_autobahn_log_arguments`), and
+writes plain text frames itself (`web_frames`).
 
 Run as `python -m openworker.web_server` with Daphne's own arguments (`make run`, the
 Dockerfile, docker-compose.yml). It serves on uvloop where installed
@@ -33,6 +34,8 @@ if __name__ == "__main__":
 # After the policy and the reactor: Daphne keeps an asyncio reactor it finds installed.
 from daphne.cli import CommandLineInterface
 from daphne.server import Server
+
+from openworker.web_frames import frame_text_directly
 
 REDACTED_QUERY = "?[query omitted]"
 
@@ -88,6 +91,7 @@ def plain_autobahn_log_arguments() -> None:
 
 def main() -> None:
     plain_autobahn_log_arguments()
+    frame_text_directly()
     WebServerCLI.entrypoint()
 
 
