@@ -186,7 +186,7 @@ class TurnEmitter:
             if isinstance(result, BaseException):
                 self._log_failure(what, result)
         if not held:
-            # Queued on the same connections after them: the quieter sends before this
+            # Queued on the same connections after them: the quiet sends before this
             # event have their outcomes too.
             self._quiet_settled = max(self._quiet_settled, quiet_before)
         await self._wait_repair()
