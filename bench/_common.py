@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import gc
 import heapq
+import itertools
 import json
 import math
 import re
@@ -163,6 +164,9 @@ class Monitor:
 
     pids: dict[str, int]
     stats: dict[str, ProcStats] = field(default_factory=dict)
+    # Every sample: (`now_us()`, each process's CPU seconds so far, and the box's: busy,
+    # and stolen by the hypervisor), for CPU by the second of a run (`cpu_by_second`).
+    samples: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -188,10 +192,37 @@ class Monitor:
         return self.stats
 
     def _run(self) -> None:
+        import psutil
+
         while not self._stop.wait(SAMPLE_SECONDS):
+            cpu: dict[str, float] = {}
             for name, proc in self._procs.items():
                 with contextlib.suppress(Exception):
                     self._sample(name, proc)
+                    cpu[name] = _cpu(proc)
+            box = psutil.cpu_times()
+            cpu["box"] = box.user + box.nice + box.system + box.irq + box.softirq
+            cpu["steal"] = getattr(box, "steal", 0.0)
+            self.samples.append((now_us(), cpu))
+
+    def cpu_by_second(self, start_us: int) -> dict[int, dict[str, float]]:
+        """Cores busy in each whole second from `start_us`: per process, the box's
+        ("box": every process on it) and the hypervisor's ("steal": taken from this
+        machine's cores by its host's other guests)."""
+        by_second: dict[int, dict[str, float]] = {}
+        for (t0, cpu0), (t1, cpu1) in itertools.pairwise(self.samples):
+            if t0 < start_us:
+                continue
+            slot = by_second.setdefault((t0 - start_us) // 1_000_000, {})
+            for name, used in cpu1.items():
+                if name in cpu0:
+                    slot[name] = slot.get(name, 0.0) + (used - cpu0[name])
+            slot["_seconds"] = slot.get("_seconds", 0.0) + (t1 - t0) / 1e6
+        for slot in by_second.values():
+            seconds = slot.pop("_seconds")
+            for name in slot:
+                slot[name] /= max(seconds, 1e-9)
+        return by_second
 
     def _sample(self, name: str, proc: Any) -> None:
         stats = self.stats[name]

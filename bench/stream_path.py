@@ -189,6 +189,8 @@ class RunResult:
     box: BoxCPU | None = None
     # Where a turn's time went, seconds per phase and turn (`turn_phases`).
     phases: dict[str, list[float]] | None = None
+    # Distributed mode: the servers' CPU sampled through the run (`--timeline`).
+    monitor: Monitor | None = None
 
     @property
     def latencies(self) -> list[float]:
@@ -547,7 +549,7 @@ def run_k(
     floor = run_on_serving_loop(drive_floor(upstream, k))
     return RunResult(
         k, clients, floor, stats, burst=burst_spans(clients), box=box,
-        phases=turn_phases(clients),
+        phases=turn_phases(clients), monitor=monitor,
     )  # fmt: skip
 
 
@@ -1017,14 +1019,26 @@ def print_timeline(result: RunResult) -> None:
     seconds: dict[int, list[float]] = {}
     for us, ms in pairs:
         seconds.setdefault((us - start) // 1_000_000, []).append(ms)
-    print(f"K={result.k}, by the second of emit (0 = the first token's):\n")
-    print("| second | tokens | p50 ms | p99 ms | max ms |\n| --- | --- | --- | --- | --- |")
+    # Cores busy in the same seconds: Daphne, the workers, the whole box, and what the
+    # hypervisor took (a slow second on a shared host shows there, not in the code).
+    cpu = result.monitor.cpu_by_second(start) if result.monitor is not None else {}
+    kinds = ("daphne", "worker", "box", "steal")
+    print(f"K={result.k}, by the second of emit (0 = the first token's; cores busy):\n")
+    header = ["second", "tokens", "p50 ms", "p99 ms", "max ms", *(kinds if cpu else ())]
+    print("| " + " | ".join(header) + " |\n|" + " --- |" * len(header))
     for second in sorted(seconds):
         values = seconds[second]
-        print(
-            f"| {second} | {len(values)} | {percentile(values, 50):.1f} "
-            f"| {percentile(values, 99):.1f} | {max(values):.1f} |"
-        )
+        row = [
+            str(second), str(len(values)), f"{percentile(values, 50):.1f}",
+            f"{percentile(values, 99):.1f}", f"{max(values):.1f}",
+        ]  # fmt: skip
+        if cpu:
+            slot = cpu.get(second, {})
+            row += [
+                f"{sum(v for name, v in slot.items() if name.split('-')[0] == kind):.2f}"
+                for kind in kinds
+            ]
+        print("| " + " | ".join(row) + " |")
     print()
 
 
