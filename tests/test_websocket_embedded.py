@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
@@ -84,3 +85,29 @@ async def test_forged_origin_is_refused(owner):
         f"/ws/sessions/{session.pk}/", (b"origin", b"https://evil.example"), (b"cookie", cookie)
     )
     assert not connected
+
+
+async def test_a_closed_socket_leaves_its_groups_without_a_thread_hop(owner, monkeypatch):
+    """The socket reaches the database only through `socket_db`, so its disconnect skips
+    Channels' `aclose_old_connections` (a thread hand-off at every turn's end) and still
+    leaves the session's and the user's groups."""
+    hops: list[str] = []
+
+    async def counting_close() -> None:
+        hops.append("aclose_old_connections")
+
+    monkeypatch.setattr("channels.generic.websocket.aclose_old_connections", counting_close)
+    session = await Session.objects.acreate(owner=owner)
+    cookie = await sync_to_async(cookie_for)(owner)
+    ws, connected, _ = await connect(f"/ws/sessions/{session.pk}/", ORIGIN, (b"cookie", cookie))
+    assert connected
+    await ws.receive_json_from(timeout=5)
+    layer = get_channel_layer()
+    joined = [group for group, channels in layer.groups.items() if channels]
+    assert events.session_group(session.pk) in joined
+    assert events.user_group(owner.pk) in joined
+
+    await ws.disconnect()
+    await ws.wait()
+    assert hops == []
+    assert not any(layer.groups.get(group) for group in joined)
