@@ -280,6 +280,9 @@ TURNS_PER_PROCESS = envint("OPENWORKER_TURNS_PER_PROCESS", 200, minimum=1)
 # running (docs/PERFORMANCE.md, session 12). Past the pace a turn waits in the queue.
 ADMITS_PER_SECOND = envfloat("OPENWORKER_ADMITS_PER_SECOND", 100.0)
 ADMIT_BURST = envint("OPENWORKER_ADMIT_BURST", 20, minimum=1)
+# Starts slow to a quarter of that pace while the process's event loop runs later than
+# this (its streams' tokens already late; 0: never), until it catches up.
+ADMIT_LAG_LIMIT_SECONDS = envfloat("OPENWORKER_ADMIT_LAG_LIMIT_SECONDS", 0.03)
 # A Celery thread per turn delivered, running or waiting its place: more threads than
 # turns admitted, so the admission queue (which tells pages their place and holds the
 # turns against re-dispatch), not the broker, is where a burst waits. A waiting thread

@@ -7,6 +7,7 @@ runs nothing twice."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from datetime import timedelta
 from typing import Any
 
@@ -279,3 +280,69 @@ async def test_a_burst_of_sends_past_the_pace_starts_spread_even_with_places_fre
     assert times == sorted(times)  # in the order they came
     for index in range(3, 7):
         assert times[index] - times[0] >= (index - 2) / 50 - 0.002, times
+
+
+class _Lateness:
+    """A loop's load probe whose lateness the test sets."""
+
+    def __init__(self) -> None:
+        self.lag = 0.0
+
+
+async def _start_times(control: admission.Admission, names: list[str]) -> list[float]:
+    loop = asyncio.get_running_loop()
+    started: dict[str, float] = {}
+
+    async def start(turn_id: str, release: Any) -> None:
+        started[turn_id] = loop.time()
+
+    await asyncio.gather(*(control.run(name, start) for name in names))
+    return [started[name] for name in names]
+
+
+async def test_starts_slow_while_the_loop_runs_late_and_resume_the_pace_once_it_catches_up(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.ADMITS_PER_SECOND, settings.ADMIT_BURST = 100.0, 1  # one every 10 ms
+    settings.ADMIT_LAG_LIMIT_SECONDS = 0.03
+    lateness = _Lateness()
+    monkeypatch.setattr(admission, "loop_load", lambda: lateness)
+    control = admission.Admission(capacity=100)
+    control.hold_once = _no_database  # type: ignore[method-assign]
+    streaming = asyncio.Event()
+    release_streaming = asyncio.Event()
+
+    async def stream(turn_id: str, release: Any) -> None:
+        streaming.set()
+        await release_streaming.wait()
+
+    running = asyncio.ensure_future(control.run("streaming", stream))
+    await streaming.wait()
+
+    lateness.lag = 0.05  # its tokens are late: starts come at a quarter of the pace
+    late = await _start_times(control, [f"late-{i}" for i in range(4)])
+    slowed = 0.01 / admission.LAGGING_PACE
+    for earlier, later in itertools.pairwise(late):
+        assert later - earlier >= slowed - 0.002, late
+
+    lateness.lag = 0.0  # caught up: one pace's spacing on, the next may start
+    await asyncio.sleep(0.012)
+    assert control._may_admit_now()
+
+    release_streaming.set()
+    await running
+
+
+async def test_a_late_loop_with_no_turn_running_starts_at_the_full_pace(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lateness with nothing streaming here slows nobody's tokens: starts keep the pace."""
+    settings.ADMITS_PER_SECOND, settings.ADMIT_BURST = 100.0, 4
+    settings.ADMIT_LAG_LIMIT_SECONDS = 0.03
+    lateness = _Lateness()
+    lateness.lag = 0.5
+    monkeypatch.setattr(admission, "loop_load", lambda: lateness)
+    control = admission.Admission(capacity=100)
+    control.hold_once = _no_database  # type: ignore[method-assign]
+    times = await _start_times(control, [f"turn-{i}" for i in range(4)])
+    assert times[-1] - times[0] < 0.02, times  # the burst at once

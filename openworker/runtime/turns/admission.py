@@ -17,6 +17,12 @@ queue without running.
 Turns also start at a pace (`ADMITS_PER_SECOND` after a burst of `ADMIT_BURST`): turns
 started together end together, and a burst's or a wave's starts all in one instant
 slowed every stream already running. Past the pace a turn waits in the same queue.
+While the loop runs late (`LoopLoad.lag` past `ADMIT_LAG_LIMIT_SECONDS`: its streams'
+tokens are already late), the pace drops to a `LAGGING_PACE` share of it until the
+loop catches up: a start costs the loop as much as a hundred tokens, and at K = 1000 the
+tail was the seconds when a wave's turns ended and the next ones started together
+(docs/PERFORMANCE.md, session 24). The pace only slows, never stops: a loop late for
+good still starts its turns.
 
 While waiting, the turn's page gets `turn.queued {turn, seq, position}` (1 = next), once
 on arrival and then at most every `HOLD_SECONDS` when the position changed: through the
@@ -41,7 +47,7 @@ from typing import Any
 from django.conf import settings
 
 from openworker.runtime.agent.engine import run_turn
-from openworker.runtime.live.emitter import TurnEmitter
+from openworker.runtime.live.emitter import TurnEmitter, loop_load
 from openworker.runtime.live.replay import get_replay_buffer
 from openworker.runtime.store import turn_state
 from openworker.runtime.store.dbcall import db
@@ -55,6 +61,8 @@ logger = logging.getLogger(__name__)
 HOLD_SECONDS = 2.0
 # Arrivals within this of each other are held and announced in one database call.
 ARRIVAL_BATCH_SECONDS = 0.1
+# The share of ADMITS_PER_SECOND turns start at while the loop runs late.
+LAGGING_PACE = 0.25
 
 
 @dataclass
@@ -83,6 +91,8 @@ class Admission:
         # at, and the wake-up set for it when one is not yet due).
         self._due = 0.0
         self._paced: asyncio.TimerHandle | None = None
+        # While the loop runs late: the loop time the next start may come at.
+        self._lagging_due = 0.0
 
     @property
     def capacity(self) -> int:
@@ -164,13 +174,28 @@ class Admission:
             return True
         loop = asyncio.get_running_loop()
         now, spacing = loop.time(), 1.0 / rate
+        lagging = self._lagging()
+        if lagging and now < self._lagging_due:
+            self._admit_at(loop, self._lagging_due)
+            return False
         early = settings.ADMIT_BURST * spacing  # how far ahead of its due time one may go
         if self._due - now > early - spacing:
-            if self._paced is None:
-                self._paced = loop.call_at(self._due - early + spacing, self._paced_admit)
+            self._admit_at(loop, self._due - early + spacing)
             return False
         self._due = max(self._due, now) + spacing
+        if lagging:
+            self._lagging_due = now + spacing / LAGGING_PACE
         return True
+
+    def _lagging(self) -> bool:
+        """Whether the loop runs late enough that starts slow down (`LAGGING_PACE`):
+        only with turns running here, whose tokens the lateness delays."""
+        limit = settings.ADMIT_LAG_LIMIT_SECONDS
+        return limit > 0 and bool(self.running) and loop_load().lag > limit
+
+    def _admit_at(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self._paced is None:
+            self._paced = loop.call_at(when, self._paced_admit)
 
     def _paced_admit(self) -> None:
         self._paced = None
