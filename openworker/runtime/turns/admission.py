@@ -19,10 +19,10 @@ started together end together, and a burst's or a wave's starts all in one insta
 slowed every stream already running. Past the pace a turn waits in the same queue.
 While the loop runs late (`LoopLoad.lag` past `ADMIT_LAG_LIMIT_SECONDS`: its streams'
 tokens are already late), the pace drops to a `LAGGING_PACE` share of it until the
-loop catches up: a start costs the loop as much as a hundred tokens, and at K = 1000 the
-tail was the seconds when a wave's turns ended and the next ones started together
-(docs/PERFORMANCE.md, session 24). The pace only slows, never stops: a loop late for
-good still starts its turns.
+loop catches up: a turn's start and end cost a worker about as much CPU as fifty of its
+tokens, and at K = 1000 the tail was the seconds when a wave's turns ended and the next
+ones started together (docs/PERFORMANCE.md, session 24). The pace only slows, never
+stops: a loop late for good still starts its turns.
 
 While waiting, the turn's page gets `turn.queued {turn, seq, position}` (1 = next), once
 on arrival and then at most every `HOLD_SECONDS` when the position changed: through the
