@@ -99,15 +99,18 @@ async def test_a_closed_socket_leaves_its_groups_without_a_thread_hop(owner, mon
     monkeypatch.setattr("channels.generic.websocket.aclose_old_connections", counting_close)
     session = await Session.objects.acreate(owner=owner)
     cookie = await sync_to_async(cookie_for)(owner)
+    layer = get_channel_layer()
+    groups = (events.session_group(session.pk), events.user_group(owner.pk))
+    before = {group: set(layer.groups.get(group, ())) for group in groups}
     ws, connected, _ = await connect(f"/ws/sessions/{session.pk}/", ORIGIN, (b"cookie", cookie))
     assert connected
     await ws.receive_json_from(timeout=5)
-    layer = get_channel_layer()
-    joined = [group for group, channels in layer.groups.items() if channels]
-    assert events.session_group(session.pk) in joined
-    assert events.user_group(owner.pk) in joined
+    # This socket's channel, in both its session's and its user's group.
+    added = [set(layer.groups.get(group, ())) - before[group] for group in groups]
+    assert len(added[0]) == 1 and added[0] == added[1], added
 
     await ws.disconnect()
     await ws.wait()
     assert hops == []
-    assert not any(layer.groups.get(group) for group in joined)
+    for group in groups:
+        assert not added[0] & set(layer.groups.get(group, ())), group
