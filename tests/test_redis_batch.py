@@ -25,16 +25,16 @@ pytestmark = [pytest.mark.distributed, pytest.mark.usefixtures("require_distribu
 
 
 def recording(batcher: CommandBatcher) -> list[list[tuple[Any, ...]]]:
-    """The commands each of `batcher`'s round trips carried (one `execute` of its pipe is
-    one write and the read of its replies)."""
+    """The commands each of `batcher`'s batches carried (one write; its replies are read
+    as they come)."""
     round_trips: list[list[tuple[Any, ...]]] = []
-    execute = batcher.pipe.execute
+    write = batcher._write
 
-    async def recorded(commands: Any) -> Any:
-        round_trips.append([tuple(command) for command in commands])
-        return await execute(commands)
+    async def recorded(batch: Any, **options: Any) -> Any:
+        round_trips.append([tuple(args) for args, _, _ in batch])
+        return await write(batch, **options)
 
-    batcher.pipe.execute = recorded  # type: ignore[method-assign]
+    batcher._write = recorded  # type: ignore[method-assign]
     return round_trips
 
 

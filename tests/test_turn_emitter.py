@@ -559,15 +559,15 @@ async def test_deltas_go_out_without_a_future_each_and_close_waits_until_redis_h
 
     monkeypatch.setattr(redis_batch.CommandBatcher, "submit", submit_watched)
     async with live_turn() as turn:
-        # Every round trip of the buffer's batcher takes a fifth of a second longer.
-        pipe = batcher_for(settings.REDIS_URL).pipe
-        execute = pipe.execute
+        # Every batch of the buffer's batcher goes out a fifth of a second late.
+        batcher = batcher_for(settings.REDIS_URL)
+        write = batcher._write
 
-        async def slow(commands: Any) -> Any:
+        async def slow(batch: Any, **options: Any) -> Any:
             await asyncio.sleep(0.2)
-            return await execute(commands)
+            return await write(batch, **options)
 
-        pipe.execute = slow  # type: ignore[method-assign]
+        batcher._write = slow  # type: ignore[method-assign]
         for n in range(20):
             turn.emitter.delta(text=f"{n} ")
         await turn.emitter.close()

@@ -1,18 +1,21 @@
-"""Many small Redis writes from one event loop, sent as one pipeline per round trip.
+"""Many small Redis writes from one event loop, sent in batches on one connection.
 
 A worker process streams hundreds of turns from one event loop, and each coalesced delta
 is a replay-buffer append and a publish. One round trip per command made Redis latency,
 not CPU, the limit (bench/stream_path.py: seconds of added latency at 200 turns). Here
-every command queued while a pipeline is in flight goes out in the next one: nothing
-waits for a timer, and under load each round trip carries the whole backlog.
+every command queued while a batch is in flight goes out in the next one, which is
+written when the one before is answered or `OVERLAP_SECONDS` after it went out, which
+ever comes first (`CommandBatcher`): under load each batch carries the backlog, and no
+command waits a whole slow round trip for its turn.
 
 Commands keep the order they were queued in, within a batch and across batches (one
-pipeline at a time per batcher). Two batchers (the replay buffer's and the channel
-layer's) run side by side, on their own connections, with no order between them.
+connection per batcher, answered in order). Two batchers (the replay buffer's and the
+channel layer's) run side by side, on their own connections, with no order between them.
 
-A batch is written with one `write` and its replies parsed by hiredis as they arrive
-(`RespPipe`): redis-py's pipeline built objects and awaited a reader per command, the
-largest Redis cost of a streaming worker (cProfile of bench/stream_path.py). Replies are
+A batch is written with one `write` and its replies parsed by hiredis as they arrive,
+by one reader task per connection: redis-py's pipeline built objects and awaited a
+reader per command, the largest Redis cost of a streaming worker (cProfile of
+bench/stream_path.py). Replies are
 Redis's own values (bytes, ints, lists; an error reply is a `ResponseError`), without
 redis-py's per-command conversions. Reads that want those use `client_for(url)`.
 """
@@ -20,6 +23,7 @@ redis-py's per-command conversions. Reads that want those use `client_for(url)`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import ssl
@@ -43,6 +47,9 @@ logger = logging.getLogger(__name__)
 MAX_BATCH = 512
 READ_BYTES = 64 * 1024
 CONNECT_TIMEOUT_SECONDS = 10.0
+# While a batch is in flight, the next one waits for its replies at most this long after
+# it went out, then is written behind it (`CommandBatcher`).
+OVERLAP_SECONDS = 0.002
 
 
 def pack(args: Sequence[Any]) -> bytes:
@@ -73,10 +80,11 @@ def _tls_context(options: dict[str, Any]) -> ssl.SSLContext:
 
 
 class RespPipe:
-    """One Redis connection for batches of commands: written at once, replies parsed by
-    hiredis. Connects on first use (AUTH and SELECT from the URL, as redis-py reads it);
-    any failure drops the connection (a half-read reply stream cannot be resumed) and the
-    next batch connects again."""
+    """One Redis connection, made on first use (AUTH and SELECT from the URL, as
+    redis-py reads it), with its hiredis reply parser; whoever holds it writes commands
+    and reads their replies (`CommandBatcher`, `subscription.Subscription`). Any failure
+    drops the connection (a half-read reply stream cannot be resumed) and the next use
+    connects again."""
 
     def __init__(self, url: str) -> None:
         options = parse_url(url)
@@ -97,95 +105,81 @@ class RespPipe:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._parser: Any = None
+        # Held while a connection is made: two users on one loop make one, not two.
+        self._connecting: asyncio.Lock | None = None
 
-    async def execute(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
-        """Every command's reply, in order (error replies as `ResponseError` values);
-        `RedisConnectionError` when the connection fails."""
-        payload = b"".join(pack(command) for command in commands)  # DataError: nothing sent
-        reused = self._writer is not None
-        try:
-            return await self._execute_once(payload, len(commands))
-        except (OSError, EOFError, RedisConnectionError) as exc:
-            if not reused:
-                raise RedisConnectionError(f"Redis connection failed: {exc}") from exc
-        # A connection Redis dropped while it sat idle (a restart) fails on first use:
-        # once more on a fresh one. What is batched is safe to repeat: an XADD with an
-        # explicit id refuses its duplicate, a repeated PUBLISH carries a seq the socket
-        # already has, EXPIRE and SELECT are idempotent.
-        try:
-            return await self._execute_once(payload, len(commands))
-        except (OSError, EOFError) as exc:
-            raise RedisConnectionError(f"Redis connection failed: {exc}") from exc
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None
 
     async def opened(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Any]:
         """The connection, made if need be (AUTH and SELECT done), and its hiredis reply
-        parser: for a caller that reads replies itself (`subscription.Subscription`).
-        `RedisConnectionError` when it cannot be made."""
+        parser. `RedisConnectionError` when it cannot be made."""
         if self._writer is None:
-            try:
-                await self._connect()
-            except (OSError, EOFError) as exc:
-                self._drop()
-                raise RedisConnectionError(f"Redis connection failed: {exc}") from exc
-            except BaseException:
-                self._drop()
-                raise
+            if self._connecting is None:
+                self._connecting = asyncio.Lock()
+            async with self._connecting:
+                if self._writer is None:
+                    await self._connect()
         assert self._reader is not None and self._writer is not None
         return self._reader, self._writer, self._parser
 
     def drop(self) -> None:
         """Close the connection now (the next use makes a new one)."""
-        self._drop()
-
-    async def _execute_once(self, payload: bytes, count: int) -> list[Any]:
-        try:
-            if self._writer is None:
-                await self._connect()
-            return await self._exchange(payload, count)
-        except BaseException:
-            self._drop()
-            raise
-
-    async def _connect(self) -> None:
-        async with asyncio.timeout(CONNECT_TIMEOUT_SECONDS):
-            if self.path is not None:
-                reader, writer = await asyncio.open_unix_connection(self.path)
-            else:
-                reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self.tls)
-        self._reader, self._writer = reader, writer
-        self._parser = hiredis.Reader(replyError=ResponseError)
-        if self.setup:
-            for reply in await self._exchange(b"".join(map(pack, self.setup)), len(self.setup)):
-                if isinstance(reply, ResponseError):
-                    raise RedisConnectionError(f"Redis refused the connection setup: {reply}")
-
-    async def _exchange(self, payload: bytes, count: int) -> list[Any]:
-        assert self._reader is not None and self._writer is not None
-        self._writer.write(payload)
-        replies: list[Any] = []
-        parser = self._parser
-        while len(replies) < count:
-            reply = parser.gets()
-            if reply is False:
-                data = await self._reader.read(READ_BYTES)
-                if not data:
-                    raise EOFError("Redis closed the connection")
-                parser.feed(data)
-            else:
-                replies.append(reply)
-        return replies
-
-    def _drop(self) -> None:
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = self._parser = None
 
+    async def _connect(self) -> None:
+        writer: asyncio.StreamWriter | None = None
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_SECONDS):
+                if self.path is not None:
+                    reader, writer = await asyncio.open_unix_connection(self.path)
+                else:
+                    reader, writer = await asyncio.open_connection(
+                        self.host, self.port, ssl=self.tls
+                    )
+                parser = hiredis.Reader(replyError=ResponseError)
+                if self.setup:
+                    writer.write(b"".join(map(pack, self.setup)))
+                    for reply in await _replies(reader, parser, len(self.setup)):
+                        if isinstance(reply, ResponseError):
+                            raise RedisConnectionError(
+                                f"Redis refused the connection setup: {reply}"
+                            )
+        except (OSError, EOFError) as exc:
+            if writer is not None:
+                writer.close()
+            raise RedisConnectionError(f"Redis connection failed: {exc}") from exc
+        except BaseException:
+            if writer is not None:
+                writer.close()
+            raise
+        # Only now: nobody writes on a connection whose AUTH and SELECT are not done.
+        self._reader, self._writer, self._parser = reader, writer, parser
+
     async def aclose(self) -> None:
         writer = self._writer
-        self._drop()
+        self.drop()
         if writer is not None:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+
+async def _replies(reader: asyncio.StreamReader, parser: Any, count: int) -> list[Any]:
+    """The next `count` replies on a connection nobody else reads."""
+    replies: list[Any] = []
+    while len(replies) < count:
+        reply = parser.gets()
+        if reply is False:
+            data = await reader.read(READ_BYTES)
+            if not data:
+                raise EOFError("Redis closed the connection")
+            parser.feed(data)
+        else:
+            replies.append(reply)
+    return replies
 
 
 # Who learns a command's outcome: the future its caller awaits, or (a command sent with
@@ -194,18 +188,49 @@ OnError = Callable[[BaseException], None]
 _Pending = tuple[tuple[Any, ...], asyncio.Future[Any] | None, OnError | None]
 
 
+class _Flight:
+    """One batch written and not yet answered in full: its commands, the replies read so
+    far, when it went out, and a future settled once every reply is in (or it failed)."""
+
+    __slots__ = ("answered", "batch", "replies", "retried", "sent_at")
+
+    def __init__(
+        self, batch: list[_Pending], sent_at: float, answered: asyncio.Future[None]
+    ) -> None:
+        self.batch = batch
+        self.replies: list[Any] = []
+        self.sent_at = sent_at
+        self.answered = answered
+        self.retried = False
+
+
 class CommandBatcher:
+    """Commands from one event loop, written in batches on one connection; replies read
+    by one task and matched to their batches in order.
+
+    A batch goes out at once when nothing is in flight. While a batch is in flight, what
+    is queued meanwhile waits for its replies, as before, but never more than
+    `OVERLAP_SECONDS` after the newest batch went out: then it is written behind it
+    (pipelined; Redis answers each connection in order). Waiting for the whole round trip
+    held every delta up to it, and under load a round trip (Redis and this loop each
+    waiting for a core on a busy box) took 20 ms at p90 and 50 at p99 in
+    bench/stream_path.py at K = 1000 (docs/PERFORMANCE.md, session 26)."""
+
     def __init__(self, url: str) -> None:
         self.pipe = RespPipe(url)
         self._pending: list[_Pending] = []
         self._drain_task: asyncio.Task[None] | None = None
+        self._in_flight: collections.deque[_Flight] = collections.deque()
+        self._unanswered = 0
+        self._reader_task: asyncio.Task[None] | None = None
         _BATCHERS.add(self)
 
     @property
     def backlog(self) -> int:
-        """Commands queued behind the pipeline in flight: how far the publisher is behind
-        (the emitter widens its coalescing window with it)."""
-        return len(self._pending)
+        """Commands queued or in flight behind the oldest batch in flight: how far the
+        publisher is behind (the emitter widens its coalescing window with it)."""
+        behind = self._unanswered - (len(self._in_flight[0].batch) if self._in_flight else 0)
+        return len(self._pending) + behind
 
     def submit(self, *args: Any) -> asyncio.Future[Any]:
         """Queue one command now (synchronously, so callers' order is Redis's order);
@@ -236,37 +261,128 @@ class CommandBatcher:
             await self.call("PING")
 
     async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
             while self._pending:
+                if self._in_flight:
+                    newest = self._in_flight[-1]
+                    wait = newest.sent_at + OVERLAP_SECONDS - loop.time()
+                    if wait > 0:
+                        await asyncio.wait((newest.answered,), timeout=wait)
+                        continue
                 batch = self._pending[:MAX_BATCH]
                 del self._pending[:MAX_BATCH]
-                await self._send(batch)
+                await self._write(batch)
         finally:
             self._drain_task = None
 
-    async def _send(self, batch: list[_Pending]) -> None:
+    async def _write(self, batch: list[_Pending], *, retried: bool = False) -> None:
+        """Write `batch` behind what is in flight, or fail it (a bad argument, no
+        connection)."""
         try:
-            replies = await self.pipe.execute([args for args, _, _ in batch])
+            payload = b"".join([pack(args) for args, _, _ in batch])  # DataError: nothing sent
+            reused = self.pipe.connected
+            reader, writer, parser = await self.pipe.opened()
         except asyncio.CancelledError:
-            for _, future, _ in batch:
-                if future is not None and not future.done():
-                    future.cancel()
+            _cancel(batch)
             raise
-        except Exception as exc:  # connection lost (or a bad argument): the batch failed
-            for _, future, on_error in batch:
-                _fail(future, on_error, exc)
+        except Exception as exc:
+            _fail_all(batch, exc)
             return
-        for (_, future, on_error), reply in zip(batch, replies, strict=True):
-            if isinstance(reply, Exception):
-                _fail(future, on_error, reply)
-            elif future is not None and not future.done():  # not if its caller gave up
-                future.set_result(reply)
+        loop = asyncio.get_running_loop()
+        flight = _Flight(batch, loop.time(), loop.create_future())
+        # Sent on a connection made earlier, it is tried once more on a new one if that
+        # connection turns out to be dead (Redis restarted while it sat idle).
+        flight.retried = retried or not reused
+        self._in_flight.append(flight)
+        self._unanswered += len(batch)
+        writer.write(payload)
+        if self._reader_task is None:
+            self._reader_task = loop.create_task(self._read(reader, parser))
+
+    async def _read(self, reader: asyncio.StreamReader, parser: Any) -> None:
+        """Read replies into the batches in flight, oldest first, until the connection
+        fails or is closed: then every batch still in flight fails (or goes once more)."""
+        try:
+            while True:
+                data = await reader.read(READ_BYTES)
+                if not data:
+                    raise EOFError("Redis closed the connection")
+                parser.feed(data)
+                reply = parser.gets()
+                while reply is not False:
+                    flight = self._in_flight[0]  # IndexError: a reply nobody asked for
+                    flight.replies.append(reply)
+                    if len(flight.replies) == len(flight.batch):
+                        self._in_flight.popleft()
+                        self._unanswered -= len(flight.batch)
+                        _settle(flight)
+                    reply = parser.gets()
+        except asyncio.CancelledError:
+            self._lost(RedisConnectionError("the Redis connection was closed"), retry=False)
+            raise
+        except Exception as exc:  # OSError, EOFError, a protocol error
+            self._lost(RedisConnectionError(f"Redis connection failed: {exc}"))
+
+    def _lost(self, failure: BaseException, *, retry: bool = True) -> None:
+        """The connection under the batches in flight failed: drop it; fail them, or
+        (written on a connection made before them, once) write them again on a new one."""
+        self._reader_task = None
+        self.pipe.drop()
+        flights, self._in_flight = list(self._in_flight), collections.deque()
+        self._unanswered = 0
+        again: list[_Pending] = []
+        for flight in flights:
+            if flight.retried or not retry:
+                _fail_all(flight.batch, failure)
+            else:
+                again.extend(flight.batch)
+            if not flight.answered.done():
+                flight.answered.set_result(None)
+        if again:
+            # What is safe to repeat goes out first on a new connection, ahead of what
+            # was queued after it (an XADD with an explicit id refuses its duplicate, a
+            # repeated PUBLISH carries a seq the socket already has).
+            task = asyncio.get_running_loop().create_task(self._write(again, retried=True))
+            _RETRIES.add(task)
+            task.add_done_callback(_RETRIES.discard)
 
     async def aclose(self) -> None:
+        reader = self._reader_task
+        if reader is not None:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
         await self.pipe.aclose()
 
 
-def _fail(future: asyncio.Future[Any] | None, on_error: OnError | None, error: Exception) -> None:
+_RETRIES: set[asyncio.Task[None]] = set()
+
+
+def _settle(flight: _Flight) -> None:
+    for (_, future, on_error), reply in zip(flight.batch, flight.replies, strict=True):
+        if isinstance(reply, Exception):
+            _fail(future, on_error, reply)
+        elif future is not None and not future.done():  # not if its caller gave up
+            future.set_result(reply)
+    if not flight.answered.done():
+        flight.answered.set_result(None)
+
+
+def _fail_all(batch: list[_Pending], error: BaseException) -> None:
+    for _, future, on_error in batch:
+        _fail(future, on_error, error)
+
+
+def _cancel(batch: list[_Pending]) -> None:
+    for _, future, _ in batch:
+        if future is not None and not future.done():
+            future.cancel()
+
+
+def _fail(
+    future: asyncio.Future[Any] | None, on_error: OnError | None, error: BaseException
+) -> None:
     if future is not None:
         if not future.done():
             future.set_exception(error)
