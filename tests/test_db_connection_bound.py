@@ -104,6 +104,7 @@ def test_connections_per_process_stay_within_the_pool_bound_under_load(
     dsn = procs.database_url_for({**connection.settings_dict, "NAME": "postgres"})
     statuses: Counter[int] = Counter()
     errors: list[str] = []
+    failures: list[str] = []  # each 5xx: its path and the start of its body (which check)
 
     with (
         procs.daphne({**distributed_env, "PGAPPNAME": DAPHNE_APP}) as base,
@@ -125,6 +126,8 @@ def test_connections_per_process_stay_within_the_pool_bound_under_load(
             try:
                 response = httpx.get(f"{base}{path}", headers={"Cookie": cookie}, timeout=30)
                 statuses[response.status_code] += 1
+                if response.status_code >= 500:
+                    failures.append(f"{path} {response.status_code}: {response.text[:300]}")
             except httpx.HTTPError as exc:
                 errors.append(f"{path}: {exc!r}")
 
@@ -163,7 +166,7 @@ def test_connections_per_process_stay_within_the_pool_bound_under_load(
 
     assert not errors, errors[:5]
     assert sum(statuses.values()) == HTTP_REQUESTS
-    assert not [code for code in statuses if code >= 500], statuses
+    assert not failures, (statuses, failures[:5])
     turns = Turn.objects.filter(session__in=sessions)
     assert turns.count() == len(sessions) * TURNS_PER_SESSION
     assert set(turns.values_list("status", flat=True)) == {"completed"}

@@ -13,7 +13,9 @@ This layer:
 - a receiving process keeps one pub/sub connection per event loop, subscribed to the
   groups and channels its consumers use (reference-counted) and read with hiredis
   (`subscription.Subscription`), fanning messages out to per-channel bounded queues
-  (oldest dropped past `capacity`).
+  (oldest dropped past `capacity`);
+- `new_channel`, `group_add` and a channel's first `receive` return once Redis has
+  applied the SUBSCRIBE: what is published after they return, from any process, arrives.
 
 Delivery is at most once, as with every channel layer: a message published while no
 process listens, or while a connection is being re-established, is gone. The streaming
@@ -99,7 +101,8 @@ class _LoopLayer:
         return queue
 
     async def listen(self, redis_channel: str, channel: str) -> None:
-        """Deliver messages of `redis_channel` to the local `channel`."""
+        """Deliver messages of `redis_channel` to the local `channel`, from the moment
+        this returns: whatever is published after it, from any process, is received."""
         if channel in self.listeners.get(redis_channel, ()):
             return  # every receive() passes here: no lock on the hot path
         async with self.subscribe_lock:
@@ -109,6 +112,8 @@ class _LoopLayer:
                 members = self.listeners[redis_channel] = set()
             members.add(channel)
             self.joined.setdefault(channel, set()).add(redis_channel)
+        # Outside the lock: sockets joining at once wait for their confirmations together.
+        await self.subscription.confirmed(redis_channel)
 
     async def unlisten(self, redis_channel: str, channel: str) -> None:
         async with self.subscribe_lock:
