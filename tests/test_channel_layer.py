@@ -157,6 +157,22 @@ class SlowToRedis:
             redis_w.close()
 
 
+@contextlib.asynccontextmanager
+async def slow_listener(
+    prefix: str,
+) -> AsyncIterator[tuple[RedisPubSubLayer, RedisPubSubLayer]]:
+    """A layer whose writes reach Redis 0.3 s late (`SlowToRedis`), and one whose writes
+    go straight in, as two processes; both flushed afterwards."""
+    async with SlowToRedis(delay=0.3) as slow_url:
+        listener = RedisPubSubLayer(hosts=[slow_url], prefix=prefix)
+        sender = RedisPubSubLayer(hosts=[settings.REDIS_URL], prefix=prefix)
+        try:
+            yield listener, sender
+        finally:
+            await listener.flush()
+            await sender.flush()
+
+
 # --- channels and groups ----------------------------------------------------------------
 
 
@@ -179,16 +195,10 @@ async def test_a_message_sent_once_new_channel_returns_is_received_when_subscrib
     # Written and not waited for, the SUBSCRIBE was still on its way when the send from
     # another connection reached Redis: the message went to nobody (/healthz failed so,
     # about once in a thousand round trips with Redis busy).
-    async with SlowToRedis(delay=0.3) as slow_url:
-        listener = RedisPubSubLayer(hosts=[slow_url], prefix=prefix)
-        sender = RedisPubSubLayer(hosts=[settings.REDIS_URL], prefix=prefix)
-        try:
-            channel = await listener.new_channel()
-            await sender.send(channel, {"type": "ping"})
-            assert await receive(listener, channel) == {"type": "ping"}
-        finally:
-            await listener.flush()
-            await sender.flush()
+    async with slow_listener(prefix) as (listener, sender):
+        channel = await listener.new_channel()
+        await sender.send(channel, {"type": "ping"})
+        assert await receive(listener, channel) == {"type": "ping"}
 
 
 async def test_a_group_rejoined_at_once_receives_what_is_sent_after_the_second_join(
@@ -196,21 +206,15 @@ async def test_a_group_rejoined_at_once_receives_what_is_sent_after_the_second_j
 ) -> None:
     # Join, then leave and join again while the first SUBSCRIBE is on its way: the second
     # join returns only once Redis has applied its own SUBSCRIBE, behind the UNSUBSCRIBE.
-    async with SlowToRedis(delay=0.3) as slow_url:
-        listener = RedisPubSubLayer(hosts=[slow_url], prefix=prefix)
-        sender = RedisPubSubLayer(hosts=[settings.REDIS_URL], prefix=prefix)
-        try:
-            channel = await listener.new_channel()
-            first_join = asyncio.ensure_future(listener.group_add("room", channel))
-            await asyncio.sleep(0.1)
-            await listener.group_discard("room", channel)
-            await listener.group_add("room", channel)
-            await first_join
-            await sender.group_send("room", {"type": "chat", "text": "after the rejoin"})
-            assert (await receive(listener, channel))["text"] == "after the rejoin"
-        finally:
-            await listener.flush()
-            await sender.flush()
+    async with slow_listener(prefix) as (listener, sender):
+        channel = await listener.new_channel()
+        first_join = asyncio.ensure_future(listener.group_add("room", channel))
+        await asyncio.sleep(0.1)
+        await listener.group_discard("room", channel)
+        await listener.group_add("room", channel)
+        await first_join
+        await sender.group_send("room", {"type": "chat", "text": "after the rejoin"})
+        assert (await receive(listener, channel))["text"] == "after the rejoin"
 
 
 def test_group_send_reaches_members_in_two_processes(prefix: str) -> None:
